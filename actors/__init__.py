@@ -1,0 +1,1 @@
+"""Dramatiq broker setup and actors. Import `actors.broker` before any actor module."""

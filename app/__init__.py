@@ -1,0 +1,94 @@
+"""Relay: an LLM gateway with batches run on its own Dramatiq workers."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from flask import Flask, g, request
+from flask.typing import ResponseReturnValue
+from flask_smorest import Api
+from werkzeug.exceptions import HTTPException
+
+from app.errors import RelayError
+from app.runtime import Runtime
+from app.settings import Settings
+
+log = logging.getLogger("relay.api")
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
+    """Build the Flask app; no work happens at import time."""
+    settings = settings or (runtime.settings if runtime else Settings.from_env())
+    app = Flask("relay")
+    app.config.update(
+        API_TITLE="Relay",
+        API_VERSION="1.0",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/",
+        OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="/docs",
+        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        MAX_CONTENT_LENGTH=max(settings.batch_max_bytes, settings.max_request_bytes) + 1024 * 1024,
+        JSON_SORT_KEYS=False,
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    runtime = runtime or Runtime.build(settings)
+    app.extensions["relay"] = runtime
+    api = Api(app)
+    app.extensions["relay_api"] = api
+    _register_blueprints(api, runtime)
+    _register_request_hooks(app)
+    _register_error_handlers(app)
+    return app
+
+
+def _register_blueprints(api: Api, runtime: Runtime) -> None:
+    from app.api import register_all
+
+    register_all(api, runtime)
+
+
+def _register_request_hooks(app: Flask) -> None:
+    @app.before_request
+    def assign_request_id() -> None:
+        incoming = request.headers.get("x-request-id", "")
+        g.request_id = incoming if 8 <= len(incoming) <= 128 and incoming.isascii() and incoming.replace("-", "").isalnum() else uuid.uuid4().hex
+
+    @app.after_request
+    def add_request_id(response):  # type: ignore[no-untyped-def]
+        response.headers["x-request-id"] = getattr(g, "request_id", "")
+        return response
+
+
+def _register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(RelayError)
+    def relay_error(exc: RelayError) -> ResponseReturnValue:
+        return exc.to_dict(), exc.status, exc.headers
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> ResponseReturnValue:
+        status = exc.code or 500
+        code = _HTTP_CODES.get(status, "http_error")
+        message = exc.description or code
+        details = None
+        data = getattr(exc, "data", None)  # flask-smorest / webargs validation messages
+        if isinstance(data, dict) and "messages" in data:
+            details = data["messages"]
+            code, status, message = "invalid_request", 400, "request failed validation"
+        body = {"error": {"code": code, "message": message}}
+        if details is not None:
+            body["error"]["details"] = details
+        return body, status
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> ResponseReturnValue:
+        log.exception("unhandled error", extra={"request_id": getattr(g, "request_id", None)})
+        return {"error": {"code": "internal_error", "message": "internal error"}}, 500
+
+
+_HTTP_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "payload_too_large",
+    415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
+}

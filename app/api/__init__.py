@@ -1,0 +1,13 @@
+"""Blueprints, one per resource; registered here in one place."""
+
+from __future__ import annotations
+
+from flask_smorest import Api
+
+from app.runtime import Runtime
+
+
+def register_all(api: Api, runtime: Runtime) -> None:
+    from app.api import health
+
+    api.register_blueprint(health.blp)

@@ -1,0 +1,1 @@
+"""The catalog: hosts, keys, models, bindings, policies, principals; its store, cache and apply."""

@@ -1,0 +1,53 @@
+"""The `relay` command: one entry point, subcommands registered by modules in app/commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from app.errors import RelayError
+from app.settings import SettingsError
+
+# Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
+COMMAND_MODULES = [
+    "app.commands.server",
+    "app.commands.catalog",
+    "app.commands.credentials",
+    "app.commands.batches",
+    "app.commands.fake_upstream",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="relay", description="Relay LLM gateway")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SettingsError as exc:
+        print(f"relay: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except RelayError as exc:
+        print(f"relay: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

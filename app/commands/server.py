@@ -1,0 +1,74 @@
+"""`relay migrate`, `relay api` and `relay worker`: run Relay's processes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from app.db import check_database
+from app.errors import ServiceUnavailable
+from app.health import check_rabbitmq
+from app.migrate import apply_migrations
+from app.settings import Settings
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("migrate", help="apply database migrations")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("api", help="run the HTTP API under gunicorn")
+    p.add_argument("--bind", default=os.environ.get("RELAY_API_BIND", "127.0.0.1:8080"))
+    p.add_argument("--workers", type=int, default=int(os.environ.get("RELAY_API_WORKERS", "2")))
+    p.add_argument("--threads", type=int, default=int(os.environ.get("RELAY_API_THREADS", "32")))
+    p.set_defaults(func=cmd_api)
+
+    p = sub.add_parser("worker", help="run the Dramatiq batch workers")
+    p.add_argument("--processes", "-p", type=int, default=int(os.environ.get("RELAY_WORKER_PROCESSES", "2")))
+    p.add_argument("--threads", "-t", type=int, default=int(os.environ.get("RELAY_WORKER_THREADS", "16")))
+    p.set_defaults(func=cmd_worker)
+
+
+def preflight(settings: Settings) -> None:
+    """Check Postgres and RabbitMQ once at start; one clear line if either is unreachable."""
+    check_database(settings.database_url)
+    status = check_rabbitmq(settings.broker_url)
+    if status != "ok":
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(settings.broker_url)
+        raise ServiceUnavailable("broker_unavailable",
+                                 f"cannot connect to RabbitMQ at {parts.hostname}:{parts.port or 5672} ({status})")
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    check_database(settings.database_url)
+    applied = apply_migrations(settings.database_url)
+    print(f"applied migrations: {applied or 'none (up to date)'}")
+    return 0
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    preflight(settings)
+    apply_migrations(settings.database_url)
+    from app.wsgi_server import run_gunicorn
+
+    run_gunicorn(bind=args.bind, workers=args.workers, threads=args.threads)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    preflight(settings)
+    apply_migrations(settings.database_url)
+    timeout_ms = int((settings.batch_item_time_limit_s + 30) * 1000)
+    os.environ.setdefault("dramatiq_queue_prefetch", str(args.threads))
+    argv = ["dramatiq", "actors.worker", "--processes", str(args.processes), "--threads", str(args.threads),
+            "--queues", settings.queue_name, "--worker-shutdown-timeout", str(timeout_ms)]
+    from dramatiq.cli import main as dramatiq_main
+
+    sys.argv = argv
+    return int(dramatiq_main() or 0)

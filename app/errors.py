@@ -1,0 +1,88 @@
+"""Relay's error classes: each carries an HTTP status and a stable code, turned into JSON in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RelayError(Exception):
+    """Base for every error Relay answers with; `code` is stable, `message` is for humans."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, code: str | None = None, message: str | None = None, *, details: Any = None,
+                 headers: dict[str, str] | None = None, status: int | None = None) -> None:
+        self.code = code or type(self).code
+        self.message = message or self.code.replace("_", " ")
+        self.details = details
+        self.headers = headers or {}
+        if status is not None:
+            self.status = status
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            body["details"] = self.details
+        return {"error": body}
+
+
+class BadRequest(RelayError):
+    status = 400
+    code = "bad_request"
+
+
+class ValidationFailed(RelayError):
+    status = 400
+    code = "invalid_request"
+
+
+class Unauthorized(RelayError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(RelayError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(RelayError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(RelayError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(RelayError):
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(RelayError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class RateLimited(RelayError):
+    status = 429
+    code = "rate_limited"
+
+
+class UpstreamFailed(RelayError):
+    status = 502
+    code = "upstream_failed"
+
+
+class ServiceUnavailable(RelayError):
+    status = 503
+    code = "service_unavailable"
+
+
+class InsufficientStorage(RelayError):
+    status = 507
+    code = "insufficient_storage"

@@ -1,0 +1,34 @@
+"""Readiness checks against the real dependencies."""
+
+from __future__ import annotations
+
+import pika
+
+from app.runtime import Runtime
+
+
+def check_readiness(runtime: Runtime) -> dict[str, str]:
+    """Return {"postgres": "ok"|reason, "rabbitmq": "ok"|reason}."""
+    return {"postgres": _check_postgres(runtime), "rabbitmq": check_rabbitmq(runtime.settings.broker_url)}
+
+
+def _check_postgres(runtime: Runtime) -> str:
+    try:
+        with runtime.pool.connection(timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return "ok"
+    except Exception as exc:  # any failure means "not ready"; the reason is reported, not raised
+        return f"unreachable: {type(exc).__name__}"
+
+
+def check_rabbitmq(broker_url: str) -> str:
+    """Open and close one AMQP connection; "ok" or the reason it failed."""
+    params = pika.URLParameters(broker_url)
+    params.socket_timeout = 3
+    params.connection_attempts = 1
+    params.blocked_connection_timeout = 3
+    try:
+        pika.BlockingConnection(params).close()
+        return "ok"
+    except Exception as exc:  # pika raises many unrelated classes for "cannot connect"
+        return f"unreachable: {type(exc).__name__}"

@@ -1,0 +1,33 @@
+"""The per-process runtime: settings plus the shared resources every service needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from app.db import create_pool
+from app.settings import Settings
+
+
+@dataclass
+class Runtime:
+    """What a process (API worker or Dramatiq worker) holds: built once, passed down explicitly."""
+
+    settings: Settings
+    pool: ConnectionPool
+    services: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, settings: Settings, *, pool_max: int | None = None) -> "Runtime":
+        pool = create_pool(settings.database_url, min_size=settings.db_pool_min,
+                           max_size=pool_max or settings.db_pool_max)
+        return cls(settings=settings, pool=pool)
+
+    def close(self) -> None:
+        for service in self.services.values():
+            close = getattr(service, "close", None)
+            if callable(close):
+                close()
+        self.pool.close()

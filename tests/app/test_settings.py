@@ -1,0 +1,35 @@
+import pytest
+
+from app.settings import Settings, SettingsError
+
+BASE = {
+    "RELAY_DATABASE_URL": "postgresql://u@127.0.0.1:5432/relay",
+    "RELAY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672/%2F",
+    "RELAY_ADMIN_TOKEN": "a" * 32,
+    "RELAY_SECRET_KEY": "s" * 32,
+}
+
+
+def test_defaults_follow_the_spec() -> None:
+    s = Settings.from_env(BASE)
+    assert s.batch_payload_dir == "relay-batch-payloads"
+    assert s.batch_item_time_limit_s == 300
+    assert s.batch_max_items >= 100_000
+    assert s.batch_max_bytes >= 256 * 1024 * 1024
+
+
+@pytest.mark.parametrize("missing", sorted(BASE))
+def test_a_missing_required_setting_is_named(missing: str) -> None:
+    env = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(SettingsError, match=missing):
+        Settings.from_env(env)
+
+
+def test_a_non_numeric_limit_is_rejected_with_its_name() -> None:
+    with pytest.raises(SettingsError, match="RELAY_BATCH_MAX_ITEMS"):
+        Settings.from_env({**BASE, "RELAY_BATCH_MAX_ITEMS": "lots"})
+
+
+def test_a_wrong_database_scheme_is_rejected() -> None:
+    with pytest.raises(SettingsError, match="RELAY_DATABASE_URL"):
+        Settings.from_env({**BASE, "RELAY_DATABASE_URL": "mysql://x"})

@@ -1,0 +1,68 @@
+"""Shared fixtures: real Postgres and RabbitMQ (started if needed), settings, a Runtime and a Flask app."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from app.runtime import Runtime
+from app.settings import Settings
+from tests.services import TestServices, ensure_services, fresh_services
+
+TEST_DB = os.environ.get("RELAY_TEST_DB", "relay_test")
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> TestServices:
+    try:
+        ensure_services()
+    except Exception as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"integration services unavailable under CI: {exc}")
+        pytest.skip(f"integration services unavailable: {exc}")
+    return fresh_services(TEST_DB)
+
+
+@pytest.fixture(scope="session")
+def settings(services: TestServices, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    payload_dir = tmp_path_factory.mktemp("payloads")
+    return Settings(
+        database_url=services.database_url,
+        broker_url=services.broker_url,
+        admin_token="test-admin-" + secrets.token_hex(16),
+        secret_key="test-secret-" + secrets.token_hex(16),
+        batch_payload_dir=str(payload_dir),
+        cache_poll_interval_s=0.2,
+        queue_name=f"relay.batch_items.{TEST_DB}",
+    )
+
+
+@pytest.fixture(scope="session")
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The settings as RELAY_* variables, for subprocesses (API, workers)."""
+    env = dict(os.environ)
+    for name, value in settings.__dict__.items():
+        env["RELAY_" + name.upper()] = str(value)
+    return env
+
+
+@pytest.fixture(scope="session")
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    rt = Runtime.build(settings)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="session")
+def app(runtime: Runtime):  # type: ignore[no-untyped-def]
+    from app import create_app
+
+    return create_app(runtime=runtime)
+
+
+@pytest.fixture()
+def client(app):  # type: ignore[no-untyped-def]
+    return app.test_client()
