@@ -1,0 +1,59 @@
+"""Interrupting a blocked upstream call from another thread (cancel, item time limit).
+
+A thread blocked in recv() ignores Python async exceptions; shutting the socket down wakes it at once.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class Interrupted(Exception):
+    """The call was interrupted on purpose; `reason` says why (cancelled, time_limit)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Interrupter:
+    """Holds the sockets of one in-flight call; interrupt() shuts them down from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self.reason: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.reason is not None
+
+    def check(self) -> None:
+        """Raise Interrupted if interrupt() was called."""
+        if self.reason is not None:
+            raise Interrupted(self.reason)
+
+    def register(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self.reason is not None:
+                _shutdown(sock)
+            self._sockets.add(sock)
+
+    def unregister(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+
+    def interrupt(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            for sock in self._sockets:
+                _shutdown(sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
