@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Run Relay locally: scripts/dev.sh up | down | status | logs
+#   up    install what is missing, start Postgres + RabbitMQ + the fake upstream, migrate, apply the demo
+#         catalog, start the API and the workers, and print the URL, a demo key and curl examples.
+#   down  stop the API, workers, fake upstream and the local services.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+RUN="$ROOT/.run"
+API_PORT="${RELAY_API_PORT:-8080}"
+FAKE_PORT="${RELAY_FAKE_UPSTREAM_PORT:-9100}"
+mkdir -p "$RUN"
+
+log() { printf '[relay] %s\n' "$*" >&2; }
+
+running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+
+start() {  # start NAME CMD...: run CMD in the background, logging to .run/NAME.log
+  local name=$1; shift
+  if running "$name"; then log "$name already running (pid $(cat "$RUN/$name.pid"))"; return; fi
+  setsid "$@" >"$RUN/$name.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/$name.pid"
+  log "$name started (pid $!, log .run/$name.log)"
+}
+
+stop() {
+  local name=$1
+  if running "$name"; then kill -TERM -- "-$(cat "$RUN/$name.pid")" 2>/dev/null || kill "$(cat "$RUN/$name.pid")"; log "$name stopped"; fi
+  rm -f "$RUN/$name.pid"
+}
+
+wait_http() {  # wait_http URL SECONDS
+  for _ in $(seq 1 "$(( $2 * 5 ))"); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.2; done
+  log "timed out waiting for $1"; return 1
+}
+
+write_env() {
+  if [ ! -f "$RUN/env" ]; then
+    eval "$(bash scripts/services.sh env)"
+    cat > "$RUN/env" <<ENV
+export RELAY_DATABASE_URL=$RELAY_DATABASE_URL
+export RELAY_BROKER_URL=$RELAY_BROKER_URL
+export RELAY_ADMIN_TOKEN=admin-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export RELAY_SECRET_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export RELAY_BATCH_PAYLOAD_DIR=$ROOT/relay-batch-payloads
+export RELAY_FAKE_UPSTREAM_URL=http://127.0.0.1:$FAKE_PORT
+ENV
+  fi
+}
+
+up() {
+  command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
+  bash scripts/bootstrap.sh
+  bash scripts/services.sh up >/dev/null
+  write_env
+  # shellcheck disable=SC1091
+  source "$RUN/env"
+  export PATH="$ROOT/.venv/bin:$PATH"
+  relay migrate >/dev/null
+  start fake-upstream relay fake-upstream --host 127.0.0.1 --port "$FAKE_PORT"
+  wait_http "http://127.0.0.1:$FAKE_PORT/_control/stats" 30
+  relay apply app/demo/catalog.yaml >/dev/null
+  if [ ! -s "$RUN/demo-key" ]; then
+    relay keys create --user demo --policy default --name demo --print-secret-only > "$RUN/demo-key"
+  fi
+  start api relay api --bind "127.0.0.1:$API_PORT"
+  start worker relay worker
+  wait_http "http://127.0.0.1:$API_PORT/readyz" 60
+  local key; key=$(cat "$RUN/demo-key")
+  cat <<INFO
+
+Relay is running.
+  API:            http://127.0.0.1:$API_PORT   (OpenAPI: /openapi.json, docs: /docs)
+  RabbitMQ UI:    http://127.0.0.1:15699        (guest / guest)
+  fake upstream:  http://127.0.0.1:$FAKE_PORT
+  demo relay key: $key
+  admin token:    \$RELAY_ADMIN_TOKEN in .run/env
+  logs:           .run/*.log      stop: scripts/dev.sh down
+
+A live request:
+  curl -s http://127.0.0.1:$API_PORT/v1/chat/completions -H "Authorization: Bearer $key" \\
+    -H 'content-type: application/json' \\
+    -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello"}]}'
+
+A batch (then GET /v1/batches/ID and /v1/batches/ID/results):
+  curl -s http://127.0.0.1:$API_PORT/v1/batches -H "Authorization: Bearer $key" \\
+    -H 'content-type: application/json' \\
+    -d '{"shape": "openai", "requests": [{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "one"}]},
+                                         {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "two"}]}]}'
+INFO
+}
+
+down() {
+  stop worker; stop api; stop fake-upstream
+  bash scripts/services.sh down
+}
+
+status() {
+  for n in api worker fake-upstream; do if running "$n"; then log "$n: up"; else log "$n: down"; fi; done
+  bash scripts/services.sh status
+}
+
+case "${1:-up}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  logs) tail -n 50 "$RUN"/*.log ;;
+  *) echo "usage: $0 up|down|status|logs" >&2; exit 2 ;;
+esac
