@@ -5,11 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-SHAPES = ("openai", "anthropic", "openai_responses")
+SHAPES = ("openai", "anthropic", "openai_responses")  # binding adapters, and the shapes a batch may have
+EMBEDDINGS = "embeddings"  # live-only request shape, sent to OpenAI-family bindings
+CANONICAL = "canonical"  # /v1/generate: live-only, always translated to the binding's shape
+REQUEST_SHAPES = (*SHAPES, EMBEDDINGS, CANONICAL)
 
 
 @dataclass(frozen=True)
 class Usage:
+    """Token counts of one call. `input_tokens` INCLUDES `cached_tokens` (OpenAI semantics) for every shape."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -18,11 +23,19 @@ class Usage:
     def total(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def to_dict(self) -> dict[str, int]:
+        """The `usage` object of Relay's canonical responses and events."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cached_tokens": self.cached_tokens}
+
 
 @dataclass(frozen=True)
 class FieldError:
     field: str
     message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
 
 
 class StreamUsageReader(Protocol):
@@ -31,6 +44,8 @@ class StreamUsageReader(Protocol):
     def feed(self, chunk: bytes) -> None: ...
 
     def usage(self) -> Usage: ...
+
+    def completed(self) -> bool: ...
 
 
 class ShapeAdapter(Protocol):
@@ -46,3 +61,30 @@ class ShapeAdapter(Protocol):
     def stream_usage_reader(self) -> StreamUsageReader: ...
 
     def error_body(self, status: int, code: str, message: str) -> dict[str, Any]: ...
+
+    def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]: ...
+
+    def is_stream(self, body: Any) -> bool: ...
+
+
+def count(value: Any) -> int:
+    """A token count from untrusted JSON: a non-negative int, anything else (null, str, bool...) is 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not value.is_integer():
+        return 0
+    return max(int(value), 0)
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]... through nested objects; None as soon as a level is missing or not an object."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def wants_stream(body: Any) -> bool:
+    """True when the request body asks for a streamed (SSE) answer."""
+    return isinstance(body, dict) and body.get("stream") is True

@@ -1,0 +1,118 @@
+"""Small type checks for request validation: each returns a problem sentence, or None when the value is fine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from adapters.base import FieldError
+
+Check = Callable[[Any], str | None]
+
+
+def non_empty_string(value: Any) -> str | None:
+    """A string with at least one non-blank character."""
+    if not isinstance(value, str) or not value.strip():
+        return "must be a non-empty string"
+    return None
+
+
+def string(value: Any) -> str | None:
+    """Any string."""
+    return None if isinstance(value, str) else "must be a string"
+
+
+def boolean(value: Any) -> str | None:
+    """true or false."""
+    return None if isinstance(value, bool) else "must be a boolean"
+
+
+def number(value: Any) -> str | None:
+    """An int or float (JSON number), not a boolean."""
+    return None if isinstance(value, int | float) and not isinstance(value, bool) else "must be a number"
+
+
+def integer(value: Any) -> str | None:
+    """A JSON integer, not a boolean."""
+    return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
+
+
+def positive_integer(value: Any) -> str | None:
+    """An integer >= 1."""
+    return integer(value) or (None if value >= 1 else "must be a positive integer")
+
+
+def obj(value: Any) -> str | None:
+    """A JSON object."""
+    return None if isinstance(value, dict) else "must be an object"
+
+
+def array(value: Any) -> str | None:
+    """A JSON array."""
+    return None if isinstance(value, list) else "must be an array"
+
+
+def strings(value: Any) -> str | None:
+    """An array of strings."""
+    return None if isinstance(value, list) and all(isinstance(v, str) for v in value) else "must be an array of strings"
+
+
+def string_or_strings(value: Any) -> str | None:
+    """A string or an array of strings (e.g. `stop`)."""
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return None
+    return "must be a string or an array of strings"
+
+
+def string_or_object(value: Any) -> str | None:
+    """A string or an object (e.g. `tool_choice`)."""
+    return None if isinstance(value, str | dict) else "must be a string or an object"
+
+
+def one_of(*allowed: str) -> Check:
+    """One of the given strings."""
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, str) and value in allowed:
+            return None
+        return "must be one of " + ", ".join(allowed)
+
+    return check
+
+
+def check_body(body: Any, required: Mapping[str, Check], optional: Mapping[str, Check]) -> list[FieldError]:
+    """Required fields must pass their check; optional ones may be absent or null. Unknown fields pass."""
+    if not isinstance(body, dict):
+        return [FieldError("body", "must be a JSON object")]
+    errors: list[FieldError] = []
+    for name, check in required.items():
+        if name not in body:
+            errors.append(FieldError(name, "is required"))
+        elif (problem := check(body[name])) is not None:
+            errors.append(FieldError(name, problem))
+    for name, check in optional.items():
+        value = body.get(name)
+        if value is not None and (problem := check(value)) is not None:
+            errors.append(FieldError(name, problem))
+    return errors
+
+
+def check_items(items: list[Any], field: str, check_item: Callable[[str, Any], list[FieldError]]) -> list[FieldError]:
+    """Run CHECK_ITEM on each element, naming it `field[i]`; non-objects are reported without calling it."""
+    errors: list[FieldError] = []
+    for i, item in enumerate(items):
+        name = f"{field}[{i}]"
+        if not isinstance(item, dict):
+            errors.append(FieldError(name, "must be an object"))
+        else:
+            errors.extend(check_item(name, item))
+    return errors
+
+
+def content_parts(value: Any) -> str | None:
+    """Message content: a string, or an array of parts that are objects with a string `type`."""
+    if isinstance(value, str):
+        return None
+    if isinstance(value, list) and all(isinstance(p, dict) and isinstance(p.get("type"), str) for p in value):
+        return None
+    return "must be a string or an array of content parts (objects with a `type`)"

@@ -1,0 +1,124 @@
+"""OpenAI Responses (shape `openai_responses`, POST /v1/responses)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters import fields as f
+from adapters.base import FieldError, ShapeAdapter, Usage, count, dig, wants_stream
+from adapters.openai import bearer_headers, openai_error_body
+from adapters.sse import SseStreamReader, decode_json, text_of
+
+_ROLES = ("user", "assistant", "system", "developer")
+_TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+_OPTIONAL: dict[str, f.Check] = {
+    "instructions": f.string, "max_output_tokens": f.positive_integer, "stream": f.boolean,
+    "temperature": f.number, "top_p": f.number, "tools": f.array, "tool_choice": f.string_or_object,
+    "store": f.boolean, "metadata": f.obj, "previous_response_id": f.string, "text": f.obj, "reasoning": f.obj,
+    "parallel_tool_calls": f.boolean, "truncation": f.string, "user": f.string, "include": f.array,
+    "background": f.boolean, "service_tier": f.string, "stream_options": f.obj,
+}
+
+
+def _check_input_item(name: str, item: dict[str, Any]) -> list[FieldError]:
+    """One `input` item: messages (items with a `role`) need a known role and content; other items pass."""
+    if "role" not in item:
+        return [] if isinstance(item.get("type"), str) else [FieldError(name, "must have a `role` or a `type`")]
+    errors: list[FieldError] = []
+    if (problem := f.one_of(*_ROLES)(item.get("role"))) is not None:
+        errors.append(FieldError(f"{name}.role", problem))
+    if (problem := f.content_parts(item.get("content"))) is not None:
+        errors.append(FieldError(f"{name}.content", problem))
+    return errors
+
+
+def responses_usage(usage: Any) -> Usage:
+    """Usage from a Responses `usage` object (input_tokens already includes the cached ones)."""
+    return Usage(
+        input_tokens=count(dig(usage, "input_tokens")),
+        output_tokens=count(dig(usage, "output_tokens")),
+        cached_tokens=count(dig(usage, "input_tokens_details", "cached_tokens")),
+    )
+
+
+def responses_finish_reason(response: Any) -> str | None:
+    """Why a Response ended: `function_call`, the incomplete_details reason, or its status."""
+    output = dig(response, "output")
+    if isinstance(output, list) and any(dig(item, "type") == "function_call" for item in output):
+        return "function_call"
+    return text_of(dig(response, "incomplete_details", "reason")) or text_of(dig(response, "status"))
+
+
+class ResponsesStreamReader(SseStreamReader):
+    """Responses events: output_text deltas; usage in the terminal response.completed/incomplete/failed event."""
+
+    def on_event(self, event: str, data: str) -> list[str]:
+        """Interpret one event, by the `type` in its data (the `event:` line says the same)."""
+        payload = decode_json(data)
+        if not isinstance(payload, dict):
+            return []
+        kind = payload.get("type")
+        response = payload.get("response")
+        if isinstance(response, dict):
+            self.state.response_id = text_of(response.get("id")) or self.state.response_id
+            self.state.model = text_of(response.get("model")) or self.state.model
+        if kind == "response.output_text.delta":
+            text = text_of(payload.get("delta"))
+            return [text] if text else []
+        if kind in _TERMINAL_EVENTS:
+            self.state.completed = True
+            self.state.usage = responses_usage(dig(response, "usage"))
+            self.state.finish_reason = responses_finish_reason(response)
+            if kind == "response.failed":
+                self.state.error = text_of(dig(response, "error", "message")) or "upstream response failed"
+        elif kind == "error":
+            self.state.error = text_of(payload.get("message")) or "upstream stream error"
+        return []
+
+
+class ResponsesAdapter:
+    """The `openai_responses` shape."""
+
+    shape = "openai_responses"
+    upstream_path = "/v1/responses"
+
+    def validate_request(self, body: Any) -> list[FieldError]:
+        """`model`, `input` as a string or a list of items, and well-typed common options."""
+        errors = f.check_body(body, {"model": f.non_empty_string, "input": _string_or_list}, _OPTIONAL)
+        items = body.get("input") if isinstance(body, dict) else None
+        if isinstance(items, list):
+            errors.extend(f.check_items(items, "input", _check_input_item))
+        return errors
+
+    def auth_headers(self, secret: str) -> dict[str, str]:
+        """Authorization: Bearer."""
+        return bearer_headers(secret)
+
+    def extract_usage(self, body: Any) -> Usage:
+        """usage.input_tokens / output_tokens / input_tokens_details.cached_tokens."""
+        return responses_usage(dig(body, "usage"))
+
+    def stream_usage_reader(self) -> ResponsesStreamReader:
+        """A reader for Responses event streams."""
+        return ResponsesStreamReader()
+
+    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+        """OpenAI's error envelope."""
+        return openai_error_body(status, code, message)
+
+    def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]:
+        """Pass-through with `model` rewritten (Responses streams always end with usage)."""
+        return {**body, "model": upstream_model}
+
+    def is_stream(self, body: Any) -> bool:
+        """`stream: true`."""
+        return wants_stream(body)
+
+
+def _string_or_list(value: Any) -> str | None:
+    """`input`: a string or a list of items."""
+    return None if isinstance(value, str | list) else "must be a string or an array of input items"
+
+
+ADAPTER: ShapeAdapter = ResponsesAdapter()
