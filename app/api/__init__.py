@@ -8,6 +8,7 @@ from app.runtime import Runtime
 
 
 def register_all(api: Api, runtime: Runtime) -> None:
-    from app.api import health
+    from app.api import admin, health
 
     api.register_blueprint(health.blp)
+    admin.register(api)

@@ -1,0 +1,98 @@
+"""Admin API request and response bodies (relay keys, tokens, policies, errors)."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from schemas.catalog import NAME
+
+PRINCIPAL_KINDS = ("user", "service_account")
+KEY_STATES = ("active", "disabled", "revoked", "expired")
+PRINTABLE = validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")
+
+
+class ErrorBodySchema(Schema):
+    code = fields.String(required=True, metadata={"description": "stable machine-readable code"})
+    message = fields.String(required=True)
+    details = fields.Raw(metadata={"description": "per-field messages, or the catalog's problems"})
+
+
+class RelayErrorSchema(Schema):
+    """The body of every error answer."""
+
+    error = fields.Nested(ErrorBodySchema, required=True)
+
+
+class RelayKeyCreateSchema(Schema):
+    principal_kind = fields.String(required=True, validate=validate.OneOf(PRINCIPAL_KINDS))
+    principal = fields.String(required=True, validate=NAME)
+    policy = fields.String(required=True, validate=NAME)
+    project = fields.String(validate=NAME, metadata={"description": "defaults to the principal's"})
+    team = fields.String(validate=NAME, metadata={"description": "defaults to the principal's"})
+    name = fields.String(validate=[validate.Length(max=200), PRINTABLE])
+    expires_at = fields.AwareDateTime(metadata={"description": "RFC 3339, with a timezone"})
+
+
+class RelayKeyRotateSchema(Schema):
+    grace_seconds = fields.Integer(strict=True, load_default=0, validate=validate.Range(min=0, max=30 * 86_400),
+                                   metadata={"description": "how long the old value keeps working (default 0)"})
+
+
+class _KeyFields(Schema):
+    id = fields.UUID(required=True)
+    prefix = fields.String(required=True, metadata={"description": "the first characters of the current value"})
+    policy = fields.String(required=True)
+    project = fields.String(allow_none=True)
+    team = fields.String(allow_none=True)
+    principal_kind = fields.String(required=True, validate=validate.OneOf(PRINCIPAL_KINDS))
+    principal = fields.String(allow_none=True, metadata={"description": "null when removed from the catalog"})
+    expires_at = fields.DateTime(allow_none=True)
+    state = fields.String(required=True, validate=validate.OneOf(KEY_STATES))
+
+
+class RelayKeySecretSchema(_KeyFields):
+    """A relay key with its secret: the only time the secret is shown."""
+
+    key = fields.String(required=True, metadata={"description": "the secret; shown this once"})
+
+
+class RelayKeySchema(_KeyFields):
+    """A relay key, never its secret."""
+
+    name = fields.String(allow_none=True)
+    created_at = fields.DateTime()
+    updated_at = fields.DateTime()
+
+
+class TokenMintSchema(Schema):
+    user = fields.String(required=True, validate=NAME)
+    ttl_seconds = fields.Integer(strict=True, required=True, validate=validate.Range(min=1, max=366 * 86_400))
+
+
+class MintedTokenSchema(Schema):
+    """A freshly minted token: the only time the token text is shown."""
+
+    id = fields.UUID(required=True)
+    token = fields.String(required=True)
+    user = fields.String(required=True)
+    expires_at = fields.DateTime(required=True)
+
+
+class TokenSchema(Schema):
+    """An inference token, never the token text."""
+
+    id = fields.UUID(required=True)
+    user = fields.String(required=True)
+    expires_at = fields.DateTime(required=True)
+    revoked_at = fields.DateTime(allow_none=True)
+    created_at = fields.DateTime()
+    state = fields.String(validate=validate.OneOf(("active", "revoked", "expired")))
+
+
+class TokenListQuerySchema(Schema):
+    user = fields.String(validate=NAME, metadata={"description": "only this user's tokens"})
+
+
+class ApplyQuerySchema(Schema):
+    dry_run = fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
+                            metadata={"description": "validate and report the changes without making them"})

@@ -1,0 +1,59 @@
+"""`relay apply FILE` and `relay catalog export`, run in-process on the test database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.catalog.helpers import HOST_KEY_SECRETS, base_catalog
+
+pytestmark = pytest.mark.integration
+
+
+def test_relay_apply_applies_a_yaml_file_once(relay, tmp_path) -> None:
+    path = tmp_path / "catalog.yaml"
+    doc = base_catalog()
+    doc["teams"].append({"name": "t-cli"})
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = relay("apply", str(path))
+    assert code == 0 and "created teams: t-cli" in out
+    code, out, _ = relay("apply", str(path))
+    assert code == 0 and out.startswith("no changes")
+    path.write_text(yaml.safe_dump(base_catalog()))
+    code, out, _ = relay("apply", "--dry-run", str(path))
+    assert "deleted teams: t-cli" in out and "dry run" in out
+    assert relay("apply", str(path))[1].startswith("deleted teams: t-cli")
+
+
+def test_relay_apply_accepts_json_files(relay, tmp_path) -> None:
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(base_catalog()))
+    code, _, _ = relay("apply", str(path))
+    assert code == 0
+
+
+def test_relay_apply_lists_every_problem_with_its_path(relay, tmp_path) -> None:
+    doc = base_catalog()
+    doc["models"][1]["bindings"][0]["adapter"] = "gemini"
+    doc["policies"][1]["key_pool"] = ["nope"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = relay("apply", str(path))
+    assert code == 1 and out == ""
+    assert "the catalog has 2 problems" in err
+    assert "  models[1].bindings[0].adapter: must be one of openai, anthropic, openai_responses" in err
+    assert "  policies[1].key_pool[0]: no host key named 'nope' in this catalog" in err
+    assert not any(secret in err for secret in HOST_KEY_SECRETS)
+
+
+def test_relay_catalog_export_prints_the_catalog_without_secrets(relay, tmp_path) -> None:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump(base_catalog()))
+    relay("apply", str(path))
+    code, out, _ = relay("catalog", "export")
+    assert code == 0 and not any(secret in out for secret in HOST_KEY_SECRETS)
+    exported = yaml.safe_load(out)
+    assert [m["name"] for m in exported["models"]] == ["claude-sonnet", "gpt-4o-mini"]
+    assert json.loads(relay("catalog", "export", "--format", "json")[1]) == exported

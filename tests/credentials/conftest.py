@@ -1,0 +1,3 @@
+"""Fixtures shared by the catalog and credential tests."""
+
+from tests.catalog.helpers import relay  # noqa: F401  (a fixture)
