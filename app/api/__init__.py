@@ -12,3 +12,6 @@ def register_all(api: Api, runtime: Runtime) -> None:
 
     api.register_blueprint(health.blp)
     admin.register(api)
+    from app.api import batches
+
+    api.register_blueprint(batches.blp)

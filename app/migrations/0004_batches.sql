@@ -38,6 +38,11 @@ CREATE TABLE batch_items (
 );
 CREATE INDEX batch_items_state ON batch_items (batch_id, state);
 CREATE INDEX batch_items_running ON batch_items (worker_id) WHERE state = 'running';
+-- The dispatcher's outbox: committed items not yet published.
+CREATE INDEX batch_items_unpublished ON batch_items (batch_id, idx) WHERE published_at IS NULL AND state = 'queued';
+-- Published items not yet final: the dispatch window.
+CREATE INDEX batch_items_in_flight ON batch_items (published_at)
+    WHERE published_at IS NOT NULL AND state IN ('queued', 'running');
 
 -- One row per live worker process; a stale heartbeat means its running items are lost.
 CREATE TABLE workers (

@@ -1,0 +1,95 @@
+"""Batches: submit (202), read, list, stream results, cancel. Only the submitter sees a batch (404 otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, current_app, request, stream_with_context
+from flask.typing import ResponseReturnValue
+from flask_smorest import Blueprint
+
+from app.auth import authenticate, credential_from_headers
+from app.auth_model import Caller
+from app.batches import service
+from app.batches.errors import BatchBodyTooLarge
+from app.errors import UnsupportedMediaType
+from app.runtime import Runtime
+from schemas.batches import (
+    BatchItemsArgs,
+    BatchListArgs,
+    BatchListSchema,
+    BatchResultsArgs,
+    BatchResultsSchema,
+    BatchSchema,
+    BatchSubmitSchema,
+)
+
+blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
+                description="Batches: many inference requests run in the background by Relay's workers")
+
+_NDJSON = "application/x-ndjson"
+
+
+def _runtime() -> Runtime:
+    return current_app.extensions["relay"]  # type: ignore[no-any-return]
+
+
+def _caller() -> Caller:
+    return authenticate(_runtime(), credential_from_headers(request.headers))  # type: ignore[arg-type]
+
+
+@blp.route("", methods=["POST"])
+@blp.doc(summary="Submit a batch", requestBody={
+    "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
+@blp.response(202, BatchSchema)
+def submit() -> ResponseReturnValue:
+    """Validate every item, store each request as a file, commit the batch; 202 without waiting for the broker."""
+    caller = _caller()
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
+    limit = _runtime().settings.batch_max_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise BatchBodyTooLarge(message=f"a batch body holds at most {limit} bytes")
+    return service.submit_batch(_runtime(), caller, request.get_data(cache=False)), 202
+
+
+@blp.route("", methods=["GET"])
+@blp.doc(summary="List your batches, newest first")
+@blp.arguments(BatchListArgs, location="query")
+@blp.response(200, BatchListSchema)
+def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
+    return service.list_batches(_runtime(), _caller(), limit=args["limit"], cursor=args["cursor"])
+
+
+@blp.route("/<batch_id>", methods=["GET"])
+@blp.doc(summary="A batch: status, counts per item state, a page of items")
+@blp.arguments(BatchItemsArgs, location="query")
+@blp.response(200, BatchSchema)
+def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
+    return service.get_batch(_runtime(), _caller(), batch_id, state=args["state"], after=args["after"],
+                             limit=args["limit"])
+
+
+@blp.route("/<batch_id>/results", methods=["GET"])
+@blp.doc(summary="Every item's result in idx order, streamed (JSON, or JSON Lines with ?format=jsonl)")
+@blp.arguments(BatchResultsArgs, location="query")
+@blp.response(200, BatchResultsSchema, content_type="application/json")
+@blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
+def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
+    jsonl = args["format"] == "jsonl" or (args["format"] is None and _wants_ndjson())
+    chunks = service.open_results(_runtime(), _caller(), batch_id, jsonl=jsonl)
+    return Response(stream_with_context(chunks), status=200,
+                    mimetype=_NDJSON if jsonl else "application/json")
+
+
+@blp.route("/<batch_id>/cancel", methods=["POST"])
+@blp.doc(summary="Cancel a batch: queued items never run, running ones are stopped (idempotent)")
+@blp.response(200, BatchSchema)
+def cancel(batch_id: str) -> ResponseReturnValue:
+    return service.cancel_batch(_runtime(), _caller(), batch_id)
+
+
+def _wants_ndjson() -> bool:
+    best = request.accept_mimetypes.best_match(["application/json", _NDJSON])
+    return best == _NDJSON and request.accept_mimetypes[_NDJSON] > request.accept_mimetypes["application/json"]

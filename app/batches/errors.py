@@ -1,0 +1,35 @@
+"""Errors raised by the batch service; each has a status and a stable code."""
+
+from __future__ import annotations
+
+from app.errors import BadRequest, NotFound, PayloadTooLarge
+
+
+class BatchNotFound(NotFound):
+    """No batch with that id that this caller may see (also for malformed ids: existence is not revealed)."""
+
+    code = "batch_not_found"
+
+
+class InvalidBatch(BadRequest):
+    """The batch body or one of its items is invalid; `details` lists {idx, field, message}."""
+
+    code = "invalid_batch"
+
+
+class InvalidJson(BadRequest):
+    """The body is not valid UTF-8 JSON."""
+
+    code = "invalid_json"
+
+
+class BatchTooLarge(PayloadTooLarge):
+    """More items than RELAY_BATCH_MAX_ITEMS."""
+
+    code = "batch_too_large"
+
+
+class BatchBodyTooLarge(PayloadTooLarge):
+    """More bytes than RELAY_BATCH_MAX_BYTES."""
+
+    code = "payload_too_large"

@@ -1,0 +1,179 @@
+"""Parse and validate a submitted batch body in one pass, keeping each item's raw bytes instead of its objects.
+
+The body is scanned with the C JSON scanner item by item: each item is decoded, validated and dropped, and
+only its byte span is kept, so the request files are slices of the original bytes (no re-serialising) and
+peak memory stays near twice the body size.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.validation import MAX_ERRORS, ItemError, item_errors, validate_envelope
+
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+@dataclass
+class ParsedBatch:
+    """A validated batch: its envelope fields and each item's raw body and model name."""
+
+    shape: str
+    metadata: dict[str, Any] | None
+    raw: bytes  # the original body when it is ASCII (spans index it directly), else b""
+    text: str  # the decoded body
+    starts: array = field(default_factory=lambda: array("q"))
+    ends: array = field(default_factory=lambda: array("q"))
+    models: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def item_bodies(self) -> Iterator[bytes]:
+        """Each item's request body, as the caller sent it."""
+        for start, end in zip(self.starts, self.ends, strict=True):
+            yield self.raw[start:end] if self.raw else self.text[start:end].encode()
+
+
+def parse_batch(raw: bytes, *, max_items: int) -> ParsedBatch:
+    """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidJson(message=f"the body is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
+    parsed = ParsedBatch(shape="", metadata=None, raw=raw if len(raw) == len(text) else b"", text=text)
+    scanner = _Scanner(parsed, max_items)
+    envelope = scanner.scan_envelope()
+    errors = validate_envelope(envelope, has_requests=scanner.has_requests)
+    parsed.shape, parsed.metadata = str(envelope.get("shape")), envelope.get("metadata")
+    if not errors:
+        errors = scanner.item_errors()
+    if errors:
+        raise _invalid(errors)
+    if parsed.count == 0:
+        raise InvalidBatch(message="requests must not be empty",
+                           details=[{"idx": None, "field": "requests", "message": "must not be empty"}])
+    return parsed
+
+
+class _Scanner:
+    """One pass over the body: envelope members decoded, `requests` items decoded one by one and dropped."""
+
+    def __init__(self, parsed: ParsedBatch, max_items: int) -> None:
+        self.parsed, self.text, self.max_items = parsed, parsed.text, max_items
+        self.has_requests = False
+        self.shape: str | None = None  # known while scanning when `shape` comes before `requests`
+        self.errors: list[ItemError] | None = None  # inline item errors, when the shape was known
+
+    def scan_envelope(self) -> dict[str, Any]:
+        """The top-level members except `requests` (whose items are scanned in place)."""
+        text = self.text
+        pos = _skip(text, 0)
+        if not text.startswith("{", pos):
+            raise _not_object(text, pos)
+        envelope: dict[str, Any] = {}
+        pos = _skip(text, pos + 1)
+        if text.startswith("}", pos):
+            return envelope
+        while True:
+            key, pos = _decode(text, pos)
+            pos = _skip(text, pos)
+            if not text.startswith(":", pos):
+                raise InvalidJson(message=f"expected ':' at char {pos}")
+            pos = _skip(text, pos + 1)
+            if key == "requests" and text.startswith("[", pos):
+                self.has_requests = True
+                envelope.pop("requests", None)
+                pos = self._scan_items(pos, envelope.get("shape"))
+            else:
+                envelope[key], pos = _decode(text, pos)
+                if key == "requests":
+                    self.has_requests = False
+                    self._reset_items()
+            pos = _skip(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip(text, pos + 1)
+            elif text.startswith("}", pos) and _skip(text, pos + 1) == len(text):
+                return envelope
+            else:
+                raise InvalidJson(message=f"expected ',' or '}}' at char {pos}")
+
+    def item_errors(self) -> list[ItemError]:
+        """Item errors for the final shape: the inline ones, or a second pass when the shape came later."""
+        if self.errors is not None and self.shape == self.parsed.shape:
+            return self.errors
+        errors: list[ItemError] = []
+        for idx, start in enumerate(self.parsed.starts):
+            if len(errors) >= MAX_ERRORS:
+                break
+            errors.extend(item_errors(self.parsed.shape, idx, _decode(self.text, start)[0]))
+        return errors
+
+    def _scan_items(self, pos: int, shape: Any) -> int:
+        """Record each item's span and model; validate it now if the shape is already known."""
+        self._reset_items()
+        parsed, text = self.parsed, self.text
+        if isinstance(shape, str) and not validate_envelope({"shape": shape}, has_requests=True):
+            self.shape, self.errors = shape, []
+        pos = _skip(text, pos + 1)
+        if text.startswith("]", pos):
+            return pos + 1
+        while True:
+            if parsed.count >= self.max_items:
+                raise BatchTooLarge(message=f"a batch holds at most {self.max_items} requests")
+            item, end = _decode(text, pos)
+            if self.errors is not None and len(self.errors) < MAX_ERRORS:
+                self.errors.extend(item_errors(self.shape or "", parsed.count, item))
+            parsed.starts.append(pos)
+            parsed.ends.append(end)
+            parsed.models.append(str(item.get("model", "")) if isinstance(item, dict) else "")
+            pos = _skip(text, end)
+            if text.startswith(",", pos):
+                pos = _skip(text, pos + 1)
+            elif text.startswith("]", pos):
+                return pos + 1
+            else:
+                raise InvalidJson(message=f"expected ',' or ']' at char {pos}")
+
+    def _reset_items(self) -> None:
+        """A repeated `requests` member replaces the earlier one, as in json.loads."""
+        self.parsed.starts, self.parsed.ends, self.parsed.models = array("q"), array("q"), []
+        self.shape, self.errors = None, None
+
+
+def _decode(text: str, pos: int) -> tuple[Any, int]:
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        raise InvalidJson(message=f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
+            from exc
+
+
+def _skip(text: str, pos: int) -> int:
+    match = _WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def _not_object(text: str, pos: int) -> InvalidJson | InvalidBatch:
+    if pos >= len(text):
+        return InvalidJson(message="the body is empty")
+    _decode(text, pos)  # raises InvalidJson for malformed input
+    return InvalidBatch(message="the body must be a JSON object",
+                        details=[{"idx": None, "field": "", "message": "must be a JSON object"}])
+
+
+def _invalid(errors: list[ItemError]) -> InvalidBatch:
+    shown = errors[:MAX_ERRORS]
+    first = shown[0]
+    where = f"requests[{first.idx}]" if first.idx is not None else (first.field or "body")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return InvalidBatch(message=f"invalid batch: {where}: {first.message}{more}",
+                        details=[e.as_dict() for e in shown])

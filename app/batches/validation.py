@@ -1,0 +1,95 @@
+"""What makes a batch or one of its items invalid: the envelope (marshmallow) and each item (the shape adapters)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from marshmallow import ValidationError
+
+from adapters import get_adapter
+from adapters.base import SHAPES
+from adapters.canonical import validate_canonical
+from adapters.embeddings import ADAPTER as EMBEDDINGS
+from schemas.batches import BatchEnvelopeSchema
+
+MAX_ERRORS = 1000  # item errors listed in one 400 answer
+MAX_METADATA_BYTES = 16 * 1024
+_ENVELOPE = BatchEnvelopeSchema()
+_EMBEDDINGS_ONLY = ("encoding_format", "dimensions")  # fields only an embeddings request has
+_CANONICAL_ONLY = ("max_tokens", "instructions")  # canonical fields that an embeddings body does not have
+
+
+@dataclass(frozen=True)
+class ItemError:
+    idx: int | None  # None for the envelope
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"idx": self.idx, "field": self.field, "message": self.message}
+
+
+def validate_envelope(envelope: dict[str, Any], *, has_requests: bool) -> list[ItemError]:
+    """Errors of the top-level members: `shape`, `metadata`, and `requests` being an array."""
+    errors: list[ItemError] = []
+    try:
+        _ENVELOPE.load({k: v for k, v in envelope.items() if k != "requests"})
+    except ValidationError as exc:
+        messages = exc.messages if isinstance(exc.messages, dict) else {"": exc.messages}
+        for name, problems in messages.items():
+            errors.append(ItemError(None, str(name), "; ".join(_flatten(problems))))
+    if not has_requests:
+        problem = "must be an array of request bodies" if "requests" in envelope else "is required"
+        errors.append(ItemError(None, "requests", problem))
+    metadata = envelope.get("metadata")
+    if isinstance(metadata, dict) and len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+        errors.append(ItemError(None, "metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON"))
+    return errors
+
+
+def item_errors(shape: str, idx: int, item: Any) -> list[ItemError]:
+    """Why ITEM cannot be a request of SHAPE in a batch; empty when it can."""
+    if not isinstance(item, dict):
+        return [ItemError(idx, "", "must be a JSON object (a request body)")]
+    if item.get("stream") not in (None, False):
+        return [ItemError(idx, "stream", "must not be set: batch responses are stored whole, never streamed")]
+    if _is_embeddings(shape, item):
+        return [ItemError(idx, "", "embeddings requests cannot be batched")]
+    problems = get_adapter(shape).validate_request(item)
+    if _is_canonical(shape, item, bool(problems)):
+        return [ItemError(idx, "", "canonical /v1/generate bodies cannot be batched: "
+                                   f"send the request in the {shape} shape")]
+    return [ItemError(idx, p.field, p.message) for p in problems]
+
+
+def _is_embeddings(shape: str, item: dict[str, Any]) -> bool:
+    """An embeddings request (model + input, or an embeddings-only field or model) sent as a batch item."""
+    if "messages" in item or EMBEDDINGS.validate_request(item) or any(name in item for name in _CANONICAL_ONLY):
+        return False
+    model = item.get("model")
+    named = isinstance(model, str) and "embedding" in model.lower()
+    if shape == "openai_responses":  # model + input is also a valid Responses body
+        return named or any(name in item for name in _EMBEDDINGS_ONLY)
+    return True
+
+
+def _is_canonical(shape: str, item: dict[str, Any], invalid_for_shape: bool) -> bool:
+    """A /v1/generate body: invalid in SHAPE but valid canonical, or carrying a canonical-only field."""
+    if validate_canonical(item):
+        return False
+    if invalid_for_shape:
+        return True
+    return shape == "openai_responses" and "max_tokens" in item  # Responses calls it max_output_tokens
+
+
+def _flatten(problems: Any) -> list[str]:
+    if isinstance(problems, dict):
+        return [f"{k}: {m}" for k, v in problems.items() for m in _flatten(v)]
+    if isinstance(problems, list):
+        return [str(p) for p in problems]
+    return [str(problems)]
+
+
+__all__ = ["MAX_ERRORS", "SHAPES", "ItemError", "item_errors", "validate_envelope"]

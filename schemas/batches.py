@@ -1,0 +1,129 @@
+"""The batches API contract: submit envelope, query arguments and the batch objects returned."""
+
+from __future__ import annotations
+
+from marshmallow import INCLUDE, RAISE, Schema, fields, validate
+
+SHAPES = ("openai", "anthropic", "openai_responses")
+ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
+BATCH_STATUSES = ("queued", "cancelled")
+MAX_ITEMS_PAGE = 1000
+MAX_BATCHES_PAGE = 100
+
+
+class BatchEnvelopeSchema(Schema):
+    """The members of a submit body other than `requests` (whose items the shape adapters validate)."""
+
+    class Meta:
+        unknown = RAISE
+
+    shape = fields.String(required=True, validate=validate.OneOf(SHAPES))
+    metadata = fields.Dict(keys=fields.String(), load_default=None, allow_none=True)
+
+
+class BatchSubmitSchema(BatchEnvelopeSchema):
+    """`POST /v1/batches` body (documentation; the body is parsed by app.batches.intake in one pass)."""
+
+    class Meta:
+        unknown = INCLUDE
+
+    requests = fields.List(fields.Dict(), required=True,
+                           metadata={"description": "request bodies of `shape`, without `stream`"})
+
+
+class BatchItemsArgs(Schema):
+    """`GET /v1/batches/{id}`: which items to list."""
+
+    class Meta:
+        unknown = RAISE
+
+    state = fields.String(validate=validate.OneOf(ITEM_STATES), load_default=None)
+    after = fields.Integer(validate=validate.Range(min=-1), load_default=-1,
+                           metadata={"description": "list items with idx greater than this"})
+    limit = fields.Integer(validate=validate.Range(min=0, max=MAX_ITEMS_PAGE), load_default=100)
+
+
+class BatchListArgs(Schema):
+    """`GET /v1/batches`: a page of the caller's batches, newest first."""
+
+    class Meta:
+        unknown = RAISE
+
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_BATCHES_PAGE), load_default=20)
+    cursor = fields.String(load_default=None, metadata={"description": "`next_cursor` of the previous page"})
+
+
+class BatchResultsArgs(Schema):
+    """`GET /v1/batches/{id}/results`."""
+
+    class Meta:
+        unknown = RAISE
+
+    format = fields.String(validate=validate.OneOf(("json", "jsonl")), load_default=None)
+
+
+class CountsSchema(Schema):
+    queued = fields.Integer()
+    running = fields.Integer()
+    completed = fields.Integer()
+    discarded = fields.Integer()
+    cancelled = fields.Integer()
+
+
+class BatchItemSchema(Schema):
+    idx = fields.Integer()
+    state = fields.String(validate=validate.OneOf(ITEM_STATES))
+    model = fields.String(allow_none=True)
+    error = fields.String(allow_none=True)
+    error_code = fields.String(allow_none=True)
+    started_at = fields.DateTime(allow_none=True)
+    finished_at = fields.DateTime(allow_none=True)
+
+
+class BatchSummarySchema(Schema):
+    """A batch without its counts and items (as listed)."""
+
+    id = fields.UUID()
+    object = fields.Constant("batch")
+    status = fields.String(validate=validate.OneOf(BATCH_STATUSES))
+    shape = fields.String(validate=validate.OneOf(SHAPES))
+    total = fields.Integer()
+    finished = fields.Boolean()
+    finished_at = fields.DateTime(allow_none=True)
+    created_at = fields.DateTime()
+    cancelled_at = fields.DateTime(allow_none=True)
+    metadata = fields.Dict(allow_none=True)
+    policy_id = fields.UUID()
+    project_id = fields.UUID(allow_none=True)
+    team_id = fields.UUID(allow_none=True)
+    principal_kind = fields.String(allow_none=True)
+    principal_id = fields.UUID(allow_none=True)
+    credential_kind = fields.String()
+    credential_id = fields.UUID()
+
+
+class BatchSchema(BatchSummarySchema):
+    """A batch with its counts per item state and one page of items."""
+
+    counts = fields.Nested(CountsSchema)
+    items = fields.List(fields.Nested(BatchItemSchema))
+    items_next_after = fields.Integer(allow_none=True,
+                                      metadata={"description": "pass as `after` for the next page; null at the end"})
+
+
+class BatchListSchema(Schema):
+    data = fields.List(fields.Nested(BatchSummarySchema))
+    next_cursor = fields.String(allow_none=True)
+
+
+class BatchResultSchema(Schema):
+    """One entry of `GET /v1/batches/{id}/results` (documentation: the endpoint streams raw JSON)."""
+
+    idx = fields.Integer()
+    state = fields.String(validate=validate.OneOf(ITEM_STATES))
+    response = fields.Raw(metadata={"description": "the upstream's body, completed items only"})
+    error = fields.String(metadata={"description": "discarded and cancelled items"})
+
+
+class BatchResultsSchema(Schema):
+    results = fields.List(fields.Nested(BatchResultSchema))

@@ -1,0 +1,69 @@
+"""Fixtures for batch tests: the fake upstream, a catalog on it, relay keys and tokens, and the admin API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.batches.helpers import batch_catalog
+from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+
+# Fast settings for the worker processes of these tests.
+WORKER_SETTINGS = {"batch_item_time_limit_s": 2, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 3}
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[FakeUpstream]:
+    fake = start_fake_upstream()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="session")
+def admin(app, settings) -> Callable[..., Any]:  # type: ignore[no-untyped-def]
+    """Call the admin API with the admin token: admin("POST", "/admin/relay-keys", json=...)."""
+    client = app.test_client()
+
+    def call(method: str, path: str, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {settings.admin_token}", **kwargs.pop("headers", {})}
+        return client.open(path, method=method, headers=headers, **kwargs)
+
+    return call
+
+
+@pytest.fixture(scope="session")
+def catalog(admin, upstream) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    doc = batch_catalog(upstream.url)
+    res = admin("PUT", "/admin/catalog", json=doc)
+    assert res.status_code == 200, res.get_data(as_text=True)
+    return doc
+
+
+@pytest.fixture(scope="session")
+def make_key(admin, catalog) -> Callable[..., dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """Create a relay key for batch-svc under POLICY; the admin API's answer (with `key` and `id`)."""
+
+    def make(policy: str = "main", **extra: Any) -> dict[str, Any]:
+        res = admin("POST", "/admin/relay-keys", json={"principal_kind": "service_account",
+                                                       "principal": "batch-svc", "policy": policy, **extra})
+        assert res.status_code == 201, res.get_data(as_text=True)
+        return res.json  # type: ignore[no-any-return]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def make_token(admin, catalog) -> Callable[..., dict[str, Any]]:  # type: ignore[no-untyped-def]
+    def make(user: str = "batch-user", ttl_seconds: int = 3600) -> dict[str, Any]:
+        res = admin("POST", "/admin/tokens", json={"user": user, "ttl_seconds": ttl_seconds})
+        assert res.status_code == 201, res.get_data(as_text=True)
+        return res.json  # type: ignore[no-any-return]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def key(make_key) -> str:  # type: ignore[no-untyped-def]
+    return str(make_key()["key"])

@@ -1,0 +1,123 @@
+"""Helpers for batch tests: the catalog, worker processes, submitting and waiting."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from app.runtime import Runtime
+from tests.processes import RelayProcess, start_relay
+
+PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60}
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the batch"}]}
+# Host keys by purpose: each scenario's policy draws from its own key, so upstream behaviours never collide.
+KEYS = ("ok", "slow", "fail", "hang")
+
+
+def batch_catalog(upstream_url: str) -> dict[str, Any]:
+    """An `openai` host (every key), an `anthropic` host, and one policy per scenario."""
+    keys = [{"name": f"oa-{k}", "value": f"sk-batch-{k}"} for k in KEYS]
+    return {
+        "hosts": [
+            {"name": "openai", "base_url": upstream_url, "keys": keys},
+            {"name": "anthropic", "base_url": upstream_url, "keys": [{"name": "an-ok", "value": "sk-batch-an"}]},
+        ],
+        "models": [
+            {"name": "gpt-4o-mini", "bindings": [{"host": "openai", "adapter": "openai",
+                                                  "upstream_model": "gpt-4o-mini-2024", "pricing": PRICED}]},
+            {"name": "gpt-5-responses", "bindings": [{"host": "openai", "adapter": "openai_responses",
+                                                      "upstream_model": "gpt-5", "pricing": PRICED}]},
+            {"name": "claude-sonnet", "bindings": [{"host": "anthropic", "adapter": "anthropic",
+                                                    "upstream_model": "claude-sonnet-4-5", "pricing": PRICED}]},
+            {"name": "retired", "bindings": [{"host": "openai", "adapter": "openai", "upstream_model": "old",
+                                              "enabled": False}]},
+        ],
+        "policies": [
+            _policy("main", ["oa-ok", "an-ok"]),
+            _policy("slow", ["oa-slow"]),
+            _policy("failing", ["oa-fail"]),
+            _policy("hanging", ["oa-hang"]),
+            _policy("limited", ["oa-ok"], rate_limits=[{"requests": 1, "per": "1h"}]),
+            _policy("narrow", ["oa-ok"], models=["gpt-*"]),
+            _policy("to-disable", ["oa-ok"]),
+            _policy("to-delete", ["oa-ok"]),
+        ],
+        "teams": [{"name": "t-batch"}],
+        "projects": [{"name": "p-batch", "team": "t-batch"}],
+        "users": [{"name": "batch-user", "policy": "main", "project": "p-batch", "team": "t-batch"},
+                  {"name": "other-user", "policy": "main", "project": "p-batch", "team": "t-batch"}],
+        "service_accounts": [{"name": "batch-svc", "policy": "main", "project": "p-batch", "team": "t-batch"}],
+    }
+
+
+def _policy(name: str, pool: list[str], *, models: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "models": models or ["*"], "key_pool": pool,
+            "circuit_breaker": {"failures": 1000, "cooldown": "1s"}, **extra}
+
+
+def start_workers(env: dict[str, str], log_dir: Path, runtime: Runtime, *, processes: int = 2, threads: int = 4,
+                  **overrides: Any) -> RelayProcess:
+    """`relay worker` with ENV (+ RELAY_* OVERRIDES); returns once every process heartbeats."""
+    env = {**env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
+    with runtime.pool.connection() as conn:
+        before = conn.execute("SELECT now() AS t").fetchone()["t"]  # type: ignore[index]
+    workers = start_relay(["worker", "-p", str(processes), "-t", str(threads)], env,
+                          log_dir / f"worker-{time.monotonic_ns()}.log")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if workers.proc.poll() is not None:
+            raise RuntimeError(f"relay worker exited early:\n{workers.log()}")
+        with runtime.pool.connection() as conn:
+            row = conn.execute("SELECT count(*) AS n FROM workers WHERE started_at >= %s", (before,)).fetchone()
+        if row and row["n"] >= processes:
+            return workers
+        time.sleep(0.1)
+    workers.stop()
+    raise RuntimeError(f"relay worker did not start:\n{workers.log()}")
+
+
+def submit(client: Any, key: str, requests: list[Any], shape: str = "openai", **extra: Any) -> Any:
+    return client.post("/v1/batches", json={"shape": shape, "requests": requests, **extra},
+                       headers={"Authorization": f"Bearer {key}"})
+
+
+def get(client: Any, key: str, path: str, **params: Any) -> Any:
+    return client.get(path, query_string=params, headers={"Authorization": f"Bearer {key}"})
+
+
+def wait_finished(client: Any, key: str, batch_id: str, timeout: float = 30) -> dict[str, Any]:
+    """Poll the batch until it says finished; fail with its last state after TIMEOUT."""
+    deadline = time.monotonic() + timeout
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        res = get(client, key, f"/v1/batches/{batch_id}", limit=1000)
+        assert res.status_code == 200, res.get_data(as_text=True)
+        body = res.json
+        if body["finished"]:
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"batch {batch_id} not finished after {timeout}s: {body.get('counts')}")
+
+
+def wait_for(predicate: Any, timeout: float = 10, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def results(client: Any, key: str, batch_id: str) -> list[dict[str, Any]]:
+    res = get(client, key, f"/v1/batches/{batch_id}/results")
+    assert res.status_code == 200, res.get_data(as_text=True)
+    return res.json["results"]  # type: ignore[no-any-return]
+
+
+def usage_events(runtime: Runtime, batch_id: str) -> list[dict[str, Any]]:
+    with runtime.pool.connection() as conn:
+        rows = conn.execute("SELECT * FROM usage_events WHERE batch_id = %s ORDER BY batch_idx",
+                            (batch_id,)).fetchall()
+    return [dict(r) for r in rows]  # type: ignore[call-overload]
