@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from schemas.catalog import NAME
+from schemas.catalog import NAME, PRINTABLE
 
 PRINCIPAL_KINDS = ("user", "service_account")
 KEY_STATES = ("active", "disabled", "revoked", "expired")
-PRINTABLE = validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")
 
 
 class ErrorBodySchema(Schema):

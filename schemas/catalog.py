@@ -12,12 +12,15 @@ from app.catalog.durations import DurationError, format_duration, parse_duration
 ADAPTERS = ("openai", "anthropic", "openai_responses")
 KEY_SELECTIONS = ("prioritized", "round_robin", "least_recently_used")
 MAX_ITEMS = 10_000
+MAX_COUNT = 10**15  # requests or tokens per window (bigint columns)
+MAX_WINDOW_S = 366 * 86_400
 
 # Names appear in URLs (/admin/policies/{name}); model names may also carry `/` and `:` as upstream names do.
 NAME = validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}$",
                        error="must be 1-200 letters, digits or . _ @ + - (starting with a letter or digit)")
 MODEL_NAME = validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$",
                              error="must be 1-200 letters, digits or . _ : / @ + - (starting with a letter or digit)")
+PRINTABLE = validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")
 ENV_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$", error="must be an environment variable name")
 GRANT = validate.Regexp(r"^[A-Za-z0-9*?._:/@+\[\]-]{1,200}$", error="must be a model name or a * wildcard")
 
@@ -53,8 +56,8 @@ class Price(fields.Decimal):
 
 
 def _whole_seconds(value: float) -> None:
-    if value < 1 or value != int(value):
-        raise ValidationError("must be a whole number of seconds, at least 1s")
+    if value < 1 or value != int(value) or value > MAX_WINDOW_S:
+        raise ValidationError("must be a whole number of seconds, from 1s to 366d")
 
 
 class HostKeySchema(Schema):
@@ -75,7 +78,7 @@ class HostKeySchema(Schema):
 class HostSchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     name = fields.String(required=True, validate=NAME)
-    base_url = fields.String(required=True, validate=validate.Length(min=1, max=2000),
+    base_url = fields.String(required=True, validate=[validate.Length(min=1, max=2000), PRINTABLE],
                              metadata={"description": "http(s) URL; ${VAR} and ${VAR:-default} are expanded"})
     enabled = StrictBoolean(load_default=True)
     keys = fields.List(fields.Nested(HostKeySchema), load_default=list, validate=validate.Length(max=MAX_ITEMS))
@@ -91,7 +94,7 @@ class BindingSchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     host = fields.String(required=True, validate=NAME)
     adapter = fields.String(required=True, validate=validate.OneOf(ADAPTERS, error="must be one of {choices}"))
-    upstream_model = fields.String(required=True, validate=validate.Length(min=1, max=500))
+    upstream_model = fields.String(required=True, validate=[validate.Length(min=1, max=500), PRINTABLE])
     pricing = fields.Nested(PricingSchema, allow_none=True)
     enabled = StrictBoolean(load_default=True)
 
@@ -104,8 +107,8 @@ class ModelSchema(Schema):
 
 
 class RateLimitSchema(Schema):
-    requests = fields.Integer(strict=True, allow_none=True, validate=validate.Range(min=1))
-    tokens = fields.Integer(strict=True, allow_none=True, validate=validate.Range(min=1))
+    requests = fields.Integer(strict=True, allow_none=True, validate=validate.Range(min=1, max=MAX_COUNT))
+    tokens = fields.Integer(strict=True, allow_none=True, validate=validate.Range(min=1, max=MAX_COUNT))
     per = Duration(required=True, validate=_whole_seconds)
 
     @validates_schema

@@ -185,3 +185,30 @@ def test_env_values_are_read_at_apply_time(runtime, monkeypatch) -> None:
     assert key.secret() == "sk-test-from-process-env"
     assert os.environ["RELAY_TEST_HOST_KEY"] == "changed-later"
     apply_catalog(runtime, base_catalog())
+
+
+ODD_VALUES = [None, -1, 0, 10**30, "", "\x00", "x" * 300, [], {}, True, 1.5, "1e999", "${NOPE}"]
+
+
+def leaf_paths(node, path=()):  # type: ignore[no-untyped-def]
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if items is None:
+        yield path
+        return
+    for key, child in items:
+        yield from leaf_paths(child, (*path, key))
+
+
+def test_odd_values_anywhere_in_a_catalog_are_problems_or_applied_never_crashes(runtime) -> None:
+    apply_catalog(runtime, base_catalog())
+    for path in leaf_paths(base_catalog()):
+        for odd in ODD_VALUES:
+            doc = base_catalog()
+            parent = doc
+            for key in path[:-1]:
+                parent = parent[key]
+            parent[path[-1]] = odd
+            try:
+                apply_catalog(runtime, doc, dry_run=True)
+            except InvalidCatalog as exc:
+                assert exc.problems, (path, odd)

@@ -103,8 +103,9 @@ def test_rate_limits_need_a_whole_window_and_something_to_limit() -> None:
     doc["policies"][0]["rate_limits"] = [{"per": "60s"}, {"requests": 5, "per": "1.5s"}, {"tokens": 0, "per": "1m"}]
     assert sorted(problems_of(doc)) == [
         "policies[0].rate_limits[0]: give requests, tokens or both",
-        "policies[0].rate_limits[1].per: must be a whole number of seconds, at least 1s",
-        "policies[0].rate_limits[2].tokens: must be greater than or equal to 1"]
+        "policies[0].rate_limits[1].per: must be a whole number of seconds, from 1s to 366d",
+        "policies[0].rate_limits[2].tokens: must be greater than or equal to 1"
+        " and less than or equal to 1000000000000000"]
 
 
 def test_wrong_types_are_reported_not_crashed_on() -> None:
@@ -176,3 +177,14 @@ def test_bad_durations_are_refused(text: object) -> None:
 def test_durations_are_written_in_their_shortest_exact_form() -> None:
     assert [format_duration(s) for s in (60, 86400, 90, 30, 0.5, 3600 * 25)] == ["1m", "24h", "90s", "30s", "0.5s",
                                                                                   "25h"]
+
+
+def test_numbers_too_large_for_the_database_are_refused() -> None:
+    doc = base_catalog()
+    doc["policies"][0]["rate_limits"] = [{"requests": 10**30, "per": "99999999999s"}]
+    doc["policies"][0]["circuit_breaker"] = {"failures": 2**40, "cooldown": "1000d"}
+    doc["models"][0]["bindings"][0]["pricing"]["input_per_mtok"] = 10**40
+    assert {p.split(":")[0] for p in problems_of(doc)} == {
+        "policies[0].rate_limits[0].requests", "policies[0].rate_limits[0].per",
+        "policies[0].circuit_breaker.failures", "policies[0].circuit_breaker.cooldown",
+        "models[0].bindings[0].pricing.input_per_mtok"}
