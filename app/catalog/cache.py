@@ -28,6 +28,7 @@ from app.settings import Settings
 
 log = logging.getLogger("relay.catalog")
 SERVICE_NAME = "catalog"
+LISTENER_NAME = "relay-catalog-listener"  # application_name of the LISTEN connection
 _create_lock = threading.Lock()
 
 
@@ -131,7 +132,7 @@ class CatalogCache:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._settings.database_url, autocommit=True, row_factory=dict_row,
-                                     connect_timeout=5) as conn:
+                                     connect_timeout=5, application_name=LISTENER_NAME) as conn:
                     conn.execute("LISTEN " + store.NOTIFY_CHANNEL)
                     self._catch_up(conn)
                     backoff = 0.5

@@ -116,3 +116,19 @@ def test_the_version_poll_catches_a_change_whose_notification_was_lost(replicas)
         conn.execute("UPDATE relay_keys SET state = 'disabled' WHERE id = %s", (issued.view.key.id,))
         conn.execute("UPDATE catalog_version SET version = version + 1")
     assert seconds_until(refused_with(two, issued.secret, "key_disabled")) < 1.0
+
+
+def test_the_listener_reconnects_after_losing_its_connection(replicas) -> None:
+    one, two = replicas
+    from app.catalog.cache import LISTENER_NAME
+    from app.credentials import keys
+
+    issued = keys.create_key(one, principal_kind="user", principal="t-alice", policy="default")
+    authenticate(two, issued.secret)
+    with one.pool.connection() as conn:
+        killed = conn.execute("SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
+                              " WHERE application_name = %s AND datname = current_database()",
+                              (LISTENER_NAME,)).fetchone()
+    assert killed["n"] >= 2
+    keys.change_key_state(one, issued.view.key.id, "disable")
+    assert seconds_until(refused_with(two, issued.secret, "key_disabled")) < 1.0
