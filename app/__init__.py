@@ -11,6 +11,7 @@ from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
 from app.errors import RelayError
+from app.metrics import install_request_metrics
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -39,6 +40,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)
     _register_request_hooks(app)
+    install_request_metrics(app)
     _register_error_handlers(app)
     return app
 

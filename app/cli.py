@@ -8,6 +8,7 @@ import logging
 import sys
 
 from app.errors import RelayError
+from app.logging_setup import install_json_logging
 from app.settings import SettingsError
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    install_json_logging(logging.INFO)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

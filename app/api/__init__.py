@@ -12,6 +12,10 @@ def register_all(api: Api, runtime: Runtime) -> None:
 
     api.register_blueprint(health.blp)
     admin.register(api)
+    from app.api import metrics, usage
+
+    usage.register(api)
+    api.register_blueprint(metrics.blp)
     from app.api import batches
 
     api.register_blueprint(batches.blp)

@@ -1,0 +1,211 @@
+"""Prometheus metrics: counters and histograms recorded in-process, plus state read from Postgres and RabbitMQ
+at scrape time (app/metrics_scrape.py).
+
+gunicorn and Dramatiq run several processes, so the recorded metrics use prometheus_client's multiprocess
+mode: `prepare_metrics_dir()` runs once in the parent before it forks (it empties the directory and points
+PROMETHEUS_MULTIPROC_DIR at it) and every scrape merges the files of all children. Without it (tests, a single
+process) the metrics live in this process's default registry. Metric objects are built on first use, never
+at import, because prometheus_client picks the single- or multi-process value class when a metric is built.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flask import Flask, Response
+    from prometheus_client import CollectorRegistry
+
+    from app.runtime import Runtime
+
+log = logging.getLogger("relay.metrics")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_PORT_ENV = "RELAY_WORKER_METRICS_PORT"
+DEFAULT_WORKER_PORT = 9464
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+_lock = threading.Lock()
+_metrics: _Metrics | None = None
+
+
+class _Metrics:
+    """The recorded metrics; one set per process."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Histogram
+
+        self.http_requests = Counter("relay_http_requests", "HTTP requests answered, by route template and status",
+                                     ["method", "route", "status"])
+        self.http_duration = Histogram("relay_http_request_duration_seconds",
+                                       "Time to answer an HTTP request (streams: until the body is sent)",
+                                       ["method", "route"], buckets=LATENCY_BUCKETS)
+        self.upstream_duration = Histogram("relay_upstream_request_duration_seconds",
+                                           "Upstream (provider) call latency by host and upstream status",
+                                           ["host", "status"], buckets=LATENCY_BUCKETS)
+        self.rate_limited = Counter("relay_rate_limited", "Requests and batch items rejected by a rate limit",
+                                    ["policy"])
+        self.item_duration = Histogram("relay_batch_item_duration_seconds",
+                                       "Batch item run time, from start to its final state, by final state",
+                                       ["state"], buckets=LATENCY_BUCKETS)
+
+
+def metrics() -> _Metrics:
+    """This process's metric objects, built on first use."""
+    global _metrics
+    if _metrics is None:
+        with _lock:
+            if _metrics is None:
+                _metrics = _Metrics()
+    return _metrics
+
+
+def observe_upstream(host: str, status: int | str, seconds: float) -> None:
+    """One upstream call to HOST answered STATUS (or e.g. "error" when it never answered) after SECONDS."""
+    metrics().upstream_duration.labels(host=host, status=str(status)).observe(seconds)
+
+
+def count_rate_limited(policy: str) -> None:
+    """A request or batch item was rejected by POLICY's rate limit."""
+    metrics().rate_limited.labels(policy=policy).inc()
+
+
+def observe_item(state: str, seconds: float) -> None:
+    """A batch item reached final STATE (completed, discarded, cancelled) after running SECONDS."""
+    metrics().item_duration.labels(state=state).observe(seconds)
+
+
+def observe_http(method: str, route: str, status: int, seconds: float) -> None:
+    """One HTTP request on ROUTE (the URL rule, not the path) answered STATUS after SECONDS."""
+    m = metrics()
+    m.http_requests.labels(method=method, route=route, status=str(status)).inc()
+    m.http_duration.labels(method=method, route=route).observe(seconds)
+
+
+def install_request_metrics(app: Flask) -> None:
+    """Count and time every request of APP by route template and status (recorded when the body is closed)."""
+    from flask import g, request
+
+    @app.before_request
+    def _start_request_timer() -> None:
+        g.metrics_started = time.perf_counter()
+
+    @app.after_request
+    def _count_request(response: Response) -> Response:
+        started = g.pop("metrics_started", None)
+        if started is not None:
+            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            method, status = request.method, response.status_code
+            response.call_on_close(lambda: observe_http(method, route, status, time.perf_counter() - started))
+        return response
+
+
+def prepare_metrics_dir(path: str | None = None) -> str:
+    """In the parent, before forking workers: an empty multiprocess directory, exported as PROMETHEUS_MULTIPROC_DIR.
+
+    PATH, else $PROMETHEUS_MULTIPROC_DIR, else a new temporary directory (removed when this process exits).
+    Each `relay api` / `relay worker` process group needs its own directory: its files are deleted here.
+    """
+    chosen = path or os.environ.get(MULTIPROC_ENV) or ""
+    if not chosen:
+        chosen = tempfile.mkdtemp(prefix="relay-metrics-")
+        atexit.register(_remove_when_owner_exits, chosen, os.getpid())
+    os.makedirs(chosen, exist_ok=True)
+    for name in os.listdir(chosen):
+        if name.endswith(".db"):
+            os.remove(os.path.join(chosen, name))
+    os.environ[MULTIPROC_ENV] = chosen
+    from prometheus_client import values
+
+    values.ValueClass = values.get_value_class()  # decided at import; redo it now the variable is set
+    return chosen
+
+
+def _remove_when_owner_exits(directory: str, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # forked children inherit atexit handlers; only the creator cleans up
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory when this process runs in multiprocess mode."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def scrape_registry(runtime: Runtime | None) -> CollectorRegistry:
+    """A registry for one scrape: every process's recorded metrics plus the state read from Postgres and RabbitMQ."""
+    from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
+
+    registry = CollectorRegistry(auto_describe=False)
+    directory = multiprocess_dir()
+    if directory:
+        multiprocess.MultiProcessCollector(registry, path=directory)
+    else:
+        metrics()  # so the families show up (empty) before anything was recorded
+        registry.register(_Forward(REGISTRY))
+    if runtime is not None:
+        from app.metrics_scrape import StateCollector
+
+        registry.register(StateCollector(runtime))
+    return registry
+
+
+def render_metrics(runtime: Runtime | None) -> tuple[bytes, str]:
+    """(body, content type) of one scrape in the Prometheus text format."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return generate_latest(scrape_registry(runtime)), CONTENT_TYPE_LATEST
+
+
+class _Forward:
+    """A collector that yields another registry's metrics (the default one, in single-process mode)."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Any]:
+        return self._registry.collect()  # type: ignore[no-any-return]
+
+
+def worker_metrics_port(default: int = DEFAULT_WORKER_PORT) -> int:
+    """The worker metrics port from RELAY_WORKER_METRICS_PORT (0 turns the server off)."""
+    raw = os.environ.get(WORKER_PORT_ENV, "").strip()
+    return int(raw) if raw else default
+
+
+def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None = None) -> bool:
+    """Serve /metrics for the workers on 127.0.0.1:PORT from a background thread; False when off or taken.
+
+    Safe to call in every worker process: the first to bind serves (in multiprocess mode, for all of them).
+    """
+    from prometheus_client import start_http_server
+
+    port = worker_metrics_port() if port is None else port
+    if port <= 0:
+        return False
+    try:
+        start_http_server(port, addr="127.0.0.1", registry=_ScrapeTimeRegistry(runtime))  # type: ignore[arg-type]
+    except OSError:
+        log.debug("worker metrics port %d is served by another process", port)
+        return False
+    log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
+    return True
+
+
+class _ScrapeTimeRegistry:
+    """Looks like a registry to the exposition server; builds a fresh scrape registry on every scrape."""
+
+    def __init__(self, runtime: Runtime | None) -> None:
+        self._runtime = runtime
+
+    def collect(self) -> Iterable[Any]:
+        return scrape_registry(self._runtime).collect()
+
+    def restricted_registry(self, names: Iterable[str]) -> Any:
+        return scrape_registry(self._runtime).restricted_registry(names)

@@ -1,0 +1,139 @@
+"""State metrics read at scrape time: batch items by state, breakers per host key, queue depth.
+
+These are the same for every replica (they come from Postgres and RabbitMQ), so aggregate them with max(),
+not sum(). A scrape never fails because a dependency is down: the `*_up` gauges say 0 and the rest is absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from app.runtime import Runtime
+
+log = logging.getLogger("relay.metrics")
+ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
+BREAKER_STATES = ("closed", "open", "half_open")
+DB_TIMEOUT_S = 2.0
+BROKER_TIMEOUT_S = 1.0
+
+_ITEMS_BY_STATE = "SELECT state, count(*) AS n FROM batch_items GROUP BY state"
+_BREAKERS = """SELECT h.name AS host, k.name AS host_key, coalesce(kh.consecutive_failures, 0) AS failures,
+  kh.opened_until FROM host_keys k JOIN hosts h ON h.id = k.host_id
+  LEFT JOIN key_health kh ON kh.host_key_id = k.id ORDER BY h.name, k.name"""
+
+
+class StateCollector:
+    """A prometheus_client collector reading RUNTIME's Postgres and RabbitMQ on each scrape."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._database()
+        yield from self._broker()
+
+    def _database(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("relay_metrics_database_up", "1 when this scrape could read Postgres")
+        try:
+            with self._runtime.pool.connection(timeout=DB_TIMEOUT_S) as conn, conn.transaction():
+                conn.execute(f"SET LOCAL statement_timeout = {int(DB_TIMEOUT_S * 1000)}")
+                items = {r["state"]: r["n"] for r in _rows(conn, _ITEMS_BY_STATE)}
+                breakers = _rows(conn, _BREAKERS)
+        except Exception as exc:  # any failure: report the database as down, never fail the scrape
+            log.warning("metrics: cannot read Postgres (%s)", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield _items_gauge(items)
+        yield from _breaker_gauges(breakers)
+
+    def _broker(self) -> Iterator[Metric]:
+        settings = self._runtime.settings
+        up = GaugeMetricFamily("relay_metrics_broker_up", "1 when this scrape could read the queue from RabbitMQ")
+        depth = GaugeMetricFamily("relay_queue_messages", "Messages ready or unacknowledged in the item queue",
+                                  labels=["queue"])
+        consumers = GaugeMetricFamily("relay_queue_consumers", "Consumers (worker processes) on the item queue",
+                                      labels=["queue"])
+        counts = queue_counts(settings.broker_url, settings.queue_name)
+        up.add_metric([], 0 if counts is None else 1)
+        yield up
+        if counts is not None:
+            depth.add_metric([settings.queue_name], counts[0])
+            consumers.add_metric([settings.queue_name], counts[1])
+            yield depth
+            yield consumers
+
+
+def _rows(conn: Any, query: str) -> list[dict[str, Any]]:
+    """QUERY's rows as dicts (the pool's connections use dict rows)."""
+    return list(conn.execute(query).fetchall())
+
+
+def _items_gauge(items: dict[str, int]) -> Metric:
+    gauge = GaugeMetricFamily("relay_batch_items", "Batch items by state (running = items running now)",
+                              labels=["state"])
+    for state in ITEM_STATES:
+        gauge.add_metric([state], items.get(state, 0))
+    return gauge
+
+
+def _breaker_gauges(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    state = GaugeMetricFamily("relay_host_key_breaker_state",
+                              "Circuit breaker per host key: 1 for its current state, 0 for the others",
+                              labels=["host", "host_key", "state"])
+    failures = GaugeMetricFamily("relay_host_key_consecutive_failures", "Consecutive failures per host key",
+                                 labels=["host", "host_key"])
+    now = datetime.now(UTC)
+    for r in rows:
+        current = _breaker_state(r["opened_until"], now)
+        for name in BREAKER_STATES:
+            state.add_metric([r["host"], r["host_key"], name], 1 if name == current else 0)
+        failures.add_metric([r["host"], r["host_key"]], r["failures"])
+    yield state
+    yield failures
+
+
+def _breaker_state(opened_until: datetime | None, now: datetime) -> str:
+    if opened_until is None:
+        return "closed"
+    return "open" if opened_until > now else "half_open"
+
+
+def queue_counts(broker_url: str, queue: str) -> tuple[int, int] | None:
+    """(messages, consumers) of QUEUE by a passive declare; None when RabbitMQ or the queue cannot be reached."""
+    import pika
+    import pika.exceptions
+
+    params = pika.URLParameters(broker_url)
+    params.socket_timeout = BROKER_TIMEOUT_S
+    params.stack_timeout = BROKER_TIMEOUT_S * 2
+    params.blocked_connection_timeout = BROKER_TIMEOUT_S
+    params.connection_attempts = 1
+    try:
+        conn = pika.BlockingConnection(params)
+    except Exception as exc:  # pika raises many unrelated classes for "cannot connect"
+        log.warning("metrics: cannot reach RabbitMQ (%s)", type(exc).__name__)
+        return None
+    try:
+        ok = conn.channel().queue_declare(queue=queue, passive=True).method
+        return int(ok.message_count), int(ok.consumer_count)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == 404:  # nobody declared the queue yet: nothing is waiting
+            return 0, 0
+        log.info("metrics: queue %s not readable (%s)", queue, exc.reply_code)
+        return None
+    except Exception as exc:  # the broker went away mid-call
+        log.info("metrics: queue %s not readable (%s)", queue, type(exc).__name__)
+        return None
+    finally:
+        try:
+            conn.close()
+        except Exception:  # already closed by the broker
+            log.debug("metrics: RabbitMQ connection already closed")

@@ -1,0 +1,207 @@
+"""Reading usage events: filters, who may see what, page cursors, and the JSON/CSV/JSONL forms of events.
+
+SQL lives in `app/usage_store.py`; this module holds the plain types and conversions around it (no Flask).
+Visibility follows the product rule for batches: a relay key sees the events of its own key *value* (so a
+rotated key does not see what its previous value did), an inference token sees its user's token events.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from app.auth_model import Caller
+from app.errors import ValidationFailed
+
+NANOS_PER_DOLLAR = Decimal(1_000_000_000)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# The columns of an event as the API shows it, in order (CSV header and JSON keys).
+EVENT_FIELDS = (
+    "id", "request_id", "source", "created_at", "started_at", "duration_ms", "route", "status", "upstream_status",
+    "error_code", "model_requested", "model_resolved", "host_id", "host_name", "binding_id", "adapter",
+    "host_key_name", "credential_kind", "credential_id", "relay_key_hash_prefix", "principal_kind", "principal_id",
+    "principal", "policy_id", "policy", "project_id", "project", "team_id", "team", "input_tokens", "output_tokens",
+    "cached_tokens", "cost_nanos", "cost_usd", "attempts", "streamed", "batch_id", "batch_idx",
+)
+KEY_HASH_PREFIX_BYTES = 4
+
+
+class InvalidCursor(ValidationFailed):
+    """The `cursor` argument is not one this API handed out."""
+
+
+@dataclass(frozen=True)
+class UsageFilter:
+    """Filters from the query string; None means "any"."""
+
+    source: str | None = None
+    from_: datetime | None = None
+    to: datetime | None = None
+    model: str | None = None
+    host: str | None = None
+    policy: str | None = None
+    project: str | None = None
+    team: str | None = None
+    principal: str | None = None
+    credential: UUID | None = None
+    batch_id: UUID | None = None
+    status: str | None = None
+    error_code: str | None = None
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> UsageFilter:
+        """The filter from loaded query arguments (other keys, such as limit, are ignored)."""
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in args.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """The events a reader may see: all of them (admin), one relay key value's, or one user's token events."""
+
+    admin: bool = False
+    credential_id: UUID | None = None
+    relay_key_hash: bytes | None = None
+    user_id: UUID | None = None
+
+    @classmethod
+    def everything(cls) -> Visibility:
+        return cls(admin=True)
+
+    @classmethod
+    def for_caller(cls, caller: Caller) -> Visibility:
+        """A relay key sees its own value's events; an inference token sees every token event of its user."""
+        if caller.credential_kind == "relay_key":
+            assert caller.relay_key_hash is not None
+            return cls(credential_id=caller.credential_id, relay_key_hash=caller.relay_key_hash)
+        return cls(user_id=caller.principal_id)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position in the newest-first order: the last event of a page, by (created_at, id)."""
+
+    created_at: datetime
+    id: int
+
+    def encode(self) -> str:
+        """An opaque string: base64url of `<microseconds since the epoch>.<id>`."""
+        micros = (self.created_at - _EPOCH) // timedelta(microseconds=1)
+        return base64.urlsafe_b64encode(f"{micros}.{self.id}".encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """Parse a cursor from encode(); InvalidCursor (400) for anything else."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+            micros, event_id = (int(part) for part in raw.split("."))
+            return cls(created_at=_EPOCH + timedelta(microseconds=micros), id=event_id)
+        except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError):
+            raise InvalidCursor(message="invalid cursor", details={"cursor": ["not a cursor from this API"]}) from None
+
+
+def cost_usd(nanos: int | Decimal | None) -> str | None:
+    """Nano-dollars as an exact decimal string of dollars (`1234` → `"0.000001234"`)."""
+    if nanos is None:
+        return None
+    return f"{Decimal(nanos) / NANOS_PER_DOLLAR:.9f}"
+
+
+def event_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One usage_events row (with names joined) as JSON-ready values; the key hash only as a short prefix."""
+    out: dict[str, Any] = {}
+    for name in EVENT_FIELDS:
+        if name == "relay_key_hash_prefix":
+            key_hash = row.get("relay_key_hash")
+            value: Any = bytes(key_hash[:KEY_HASH_PREFIX_BYTES]).hex() if key_hash else None
+        elif name == "cost_usd":
+            value = cost_usd(row.get("cost_nanos"))
+        else:
+            value = row.get(name)
+        out[name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else str(value)
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).hex()
+    return value
+
+
+def jsonl_lines(rows: Iterable[Mapping[str, Any]], chunk_rows: int = 500) -> Iterator[str]:
+    """Events as JSON Lines, in chunks of CHUNK_ROWS lines."""
+    chunk: list[str] = []
+    for row in rows:
+        chunk.append(json.dumps(event_json(row), separators=(",", ":"), ensure_ascii=False) + "\n")
+        if len(chunk) == chunk_rows:
+            yield "".join(chunk)
+            chunk.clear()
+    if chunk:
+        yield "".join(chunk)
+
+
+def csv_lines(rows: Iterable[Mapping[str, Any]], chunk_rows: int = 500) -> Iterator[str]:
+    """Events as CSV with a header row, in chunks of CHUNK_ROWS lines (empty cells for nulls)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(EVENT_FIELDS)
+    count = 0
+    for row in rows:
+        event = event_json(row)
+        writer.writerow(["" if event[f] is None else _csv_cell(event[f]) for f in EVENT_FIELDS])
+        count += 1
+        if count % chunk_rows == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value  # keep spreadsheets from running a cell as a formula
+    return value
+
+
+SUMMARY_COUNTERS = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "cost_nanos", "unpriced")
+
+
+def summary_json(totals: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *, group_by: list[str],
+                 bucket: str | None, max_rows: int) -> dict[str, Any]:
+    """The summary answer: one row per group (its keys, names and counters), totals, and whether rows were cut."""
+    return {
+        "group_by": group_by,
+        "bucket": bucket,
+        "rows": [_summary_row(r) for r in rows[:max_rows]],
+        "totals": _counters(totals),
+        "truncated": len(rows) > max_rows,
+    }
+
+
+def _summary_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    keys = {k: _plain(v) for k, v in row.items() if k not in SUMMARY_COUNTERS}
+    return {**keys, **_counters(row)}
+
+
+def _counters(row: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {name: int(row[name]) for name in SUMMARY_COUNTERS}
+    out["cost_usd"] = cost_usd(out["cost_nanos"])
+    return out
