@@ -119,16 +119,16 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
 
 
 def _precheck(runtime: Runtime, item: ClaimedItem) -> Outcome | None:
-    """The submitting credential must still work and the batch's policy must still exist and be enabled."""
-    try:
-        recheck_caller(runtime, item.caller)
-    except RelayError as exc:
-        return Outcome("discarded", f"the submitting credential stopped working: {exc.message}", exc.code, 401)
+    """The batch's policy must still exist and be enabled, and the submitting credential must still work."""
     policy = get_policy(runtime, item.policy_id)
     if policy is None:
         return Outcome("discarded", "the batch's policy was deleted", "policy_deleted", 403)
     if not policy.enabled:
         return Outcome("discarded", "the batch's policy is disabled", "policy_disabled", 403)
+    try:
+        recheck_caller(runtime, item.caller)
+    except RelayError as exc:
+        return Outcome("discarded", f"the submitting credential stopped working: {exc.message}", exc.code, 401)
     return None
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,12 +45,12 @@ def test_submit_answers_202_with_the_batch_and_writes_each_request_file(client, 
 
 
 def test_request_files_are_the_original_bytes(client, key, runtime) -> None:
-    raw = b'{"shape": "openai", "requests": [ {"model":"gpt-4o-mini",  "messages":[{"role":"user","content":"\\u00e9"}]} ]}'
+    item = b'{"model":"gpt-4o-mini",  "messages":[{"role":"user","content":"\\u00e9"}]}'
+    raw = b'{"shape": "openai", "requests": [ ' + item + b" ]}"
     res = client.post("/v1/batches", data=raw, content_type="application/json",
                       headers={"Authorization": f"Bearer {key}"})
     assert res.status_code == 202
-    assert payload_store(runtime).read_request(res.json["id"], 0) == \
-        b'{"model":"gpt-4o-mini",  "messages":[{"role":"user","content":"\\u00e9"}]}'
+    assert payload_store(runtime).read_request(res.json["id"], 0) == item
 
 
 @pytest.mark.parametrize(("body", "field"), [
