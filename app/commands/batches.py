@@ -77,7 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     response = _request(args, "GET", f"/v1/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
-    out: IO[bytes] = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+    out: IO[bytes] = open(args.output, "wb") if args.output else sys.stdout.buffer
     try:
         for chunk in response.iter_content(chunk_size=65536):
             out.write(chunk)
@@ -171,8 +171,18 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
     if response.status_code >= 400:
         try:
             error = response.json()["error"]
-            code, message = error["code"], error["message"]
+            code, message = error["code"], error["message"] + _details(error.get("details"))
         except (ValueError, KeyError, TypeError):
             code, message = "http_error", f"HTTP {response.status_code}"
         raise ApiError(code, message)
     return response
+
+
+def _details(details: Any) -> str:
+    """Item errors of a rejected batch, one per line (the first 20)."""
+    if not isinstance(details, list):
+        return ""
+    lines = [f"\n  requests[{d.get('idx')}].{d.get('field')}: {d.get('message')}" if d.get("idx") is not None
+             else f"\n  {d.get('field')}: {d.get('message')}" for d in details[:20] if isinstance(d, dict)]
+    more = f"\n  ... and {len(details) - 20} more" if len(details) > 20 else ""
+    return "".join(lines) + more
