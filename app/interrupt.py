@@ -24,6 +24,7 @@ class Interrupter:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self.reason: str | None = None
+        self._released = False
 
     @property
     def interrupted(self) -> bool:
@@ -36,6 +37,8 @@ class Interrupter:
 
     def register(self, sock: socket.socket) -> None:
         with self._lock:
+            if self._released:
+                return
             if self.reason is not None:
                 _shutdown(sock)
             self._sockets.add(sock)
@@ -44,9 +47,15 @@ class Interrupter:
         with self._lock:
             self._sockets.discard(sock)
 
+    def release(self) -> None:
+        """The call is over: forget its sockets (they go back to the pool and serve other calls)."""
+        with self._lock:
+            self._sockets.clear()
+            self._released = True
+
     def interrupt(self, reason: str) -> None:
         with self._lock:
-            if self.reason is None:
+            if self.reason is None and not self._released:
                 self.reason = reason
             for sock in self._sockets:
                 _shutdown(sock)

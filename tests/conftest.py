@@ -66,3 +66,13 @@ def app(runtime: Runtime):  # type: ignore[no-untyped-def]
 @pytest.fixture()
 def client(app):  # type: ignore[no-untyped-def]
     return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def relay_api(settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real `relay api` (gunicorn) on a free loopback port, sharing the test database."""
+    from tests.processes import start_api
+
+    api = start_api(settings_env, tmp_path_factory.mktemp("api-logs"))
+    yield api
+    api.stop()

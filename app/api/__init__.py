@@ -8,14 +8,11 @@ from app.runtime import Runtime
 
 
 def register_all(api: Api, runtime: Runtime) -> None:
-    from app.api import admin, health
+    from app.api import admin, batches, health, inference, metrics, usage
 
     api.register_blueprint(health.blp)
     admin.register(api)
-    from app.api import metrics, usage
-
+    api.register_blueprint(inference.blp)
+    api.register_blueprint(batches.blp)
     usage.register(api)
     api.register_blueprint(metrics.blp)
-    from app.api import batches
-
-    api.register_blueprint(batches.blp)

@@ -1,0 +1,135 @@
+"""Live inference routes: OpenAI, Anthropic and Responses shapes, embeddings, canonical /v1/generate, models.
+
+Every route answers under /v1, /openai/v1 and /anthropic/v1 so official SDKs work with either base URL style.
+Errors come back in the caller's shape (OpenAI or Anthropic error objects) with a stable code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from flask import Response, current_app, g, request
+from flask.typing import ResponseReturnValue
+from flask_smorest import Blueprint
+
+from app.api.inference_errors import shaped_error
+from app.auth import authenticate, credential_from_headers
+from app.auth_model import Caller
+from app.catalog.cache import get_catalog
+from app.errors import BadRequest, RelayError, UnsupportedMediaType, ValidationFailed
+from app.pipeline import run_inference
+from app.pipeline_types import InferenceCall, InferenceResult
+from app.runtime import Runtime
+
+blp = Blueprint("inference", __name__, description="Live inference (OpenAI- and Anthropic-compatible)")
+
+PREFIXES = ("/v1", "/openai/v1", "/anthropic/v1")
+ROUTES = {  # path → request shape
+    "/chat/completions": "openai",
+    "/messages": "anthropic",
+    "/responses": "openai_responses",
+    "/embeddings": "embeddings",
+    "/generate": "canonical",
+}
+
+
+def _runtime() -> Runtime:
+    return current_app.extensions["relay"]  # type: ignore[no-any-return]
+
+
+def authenticated_caller() -> Caller:
+    """The caller behind this request's Authorization or x-api-key header."""
+    return authenticate(_runtime(), credential_from_headers(request.headers) or "")
+
+
+def json_body() -> dict[str, Any]:
+    """The request body as a JSON object, or a 4xx naming what is wrong with it."""
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
+    try:
+        body = json.loads(request.get_data(cache=False) or b"null")
+    except (ValueError, RecursionError):
+        raise BadRequest("invalid_json", "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("invalid_body", "the request body must be a JSON object")
+    return body
+
+
+def _validate(shape: str, body: dict[str, Any]) -> None:
+    if shape == "canonical":
+        from adapters.canonical import validate_canonical
+
+        errors = validate_canonical(body)
+    else:
+        from adapters import get_adapter
+
+        errors = get_adapter(shape).validate_request(body)
+    if errors:
+        details = [{"field": e.field, "message": e.message} for e in errors]
+        raise ValidationFailed("invalid_request", "; ".join(f"{e.field}: {e.message}" for e in errors),
+                               details=details)
+
+
+def _respond(result: InferenceResult) -> Response:
+    if result.stream is not None:
+        response = Response(result.stream, status=result.status, mimetype="text/event-stream")
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+    else:
+        response = Response(result.body or b"", status=result.status, content_type=result.content_type)
+    response.headers.update(result.headers)
+    return response
+
+
+def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]:
+    def view() -> ResponseReturnValue:
+        try:
+            caller = authenticated_caller()
+            body = json_body()
+            _validate(shape, body)
+            call = InferenceCall(shape=shape, body=body, caller=caller, policy_id=caller.policy_id,
+                                 source="live", request_id=g.request_id, route=route)
+            return _respond(run_inference(_runtime(), call))
+        except RelayError as exc:
+            return shaped_error(shape, exc)
+
+    view.__name__ = f"infer_{shape}"
+    view.__doc__ = f"{route}: an inference request of shape {shape}"
+    return view
+
+
+def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
+    def view() -> ResponseReturnValue:
+        try:
+            caller = authenticated_caller()
+        except RelayError as exc:
+            return shaped_error("anthropic" if anthropic else "openai", exc)
+        snapshot = get_catalog(_runtime()).snapshot()
+        policy = snapshot.policies.get(caller.policy_id)
+        names = sorted(n for n, m in snapshot.models.items() if m.enabled and policy is not None and policy.grants(n))
+        if anthropic:
+            data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+            return {"data": data, "has_more": False, "first_id": names[0] if names else None,
+                    "last_id": names[-1] if names else None}
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "relay"}
+                                           for n in names]}
+
+    view.__name__ = "models_anthropic" if anthropic else "models_openai"
+    view.__doc__ = "The models the caller's policy grants"
+    return view
+
+
+def _register() -> None:
+    for prefix in PREFIXES:
+        for path, shape in ROUTES.items():
+            route = prefix + path
+            blp.add_url_rule(route, endpoint=f"{shape}{prefix.replace('/', '_')}",
+                             view_func=_inference_view(shape, route), methods=["POST"])
+        blp.add_url_rule(prefix + "/models", endpoint=f"models{prefix.replace('/', '_')}",
+                         view_func=_models_view(prefix.startswith("/anthropic")), methods=["GET"])
+
+
+_register()

@@ -1,0 +1,107 @@
+"""The upstream leg of the pipeline: try the policy's keys in order, with breakers and failover."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import requests
+
+from app import keypool, upstream
+from app.errors import RelayError, UpstreamFailed
+from app.interrupt import Interrupted
+from app.pipeline_stream import stream_result
+from app.pipeline_types import InferenceCall, InferenceResult
+
+if TYPE_CHECKING:
+    from app.pipeline import Plan
+    from app.pipeline_record import Recorder
+    from app.runtime import Runtime
+
+# Upstream answers that say "this key, not this request": try the next key.
+RETRYABLE_STATUSES = frozenset({401, 403, 408, 429})
+
+
+class AllKeysFailed(UpstreamFailed):
+    code = "all_keys_failed"
+
+
+class NoKeyAvailable(RelayError):
+    status = 503
+    code = "no_key_available"
+
+
+def is_retryable(status: int) -> bool:
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, recorder: Recorder) -> InferenceResult:
+    """Send the planned request with each candidate key until one answers with a non-retryable status."""
+    policy = plan.route.policy
+    with runtime.pool.connection() as conn:
+        candidates = keypool.order_candidates(conn, policy, plan.route.binding.host.id)
+    if not candidates:
+        raise NoKeyAvailable("no_key_available", f"policy {policy.name!r} has no usable key for host "
+                             f"{plan.route.binding.host.name!r} (none in its pool, or every breaker is open)")
+    last = "no key was tried"
+    for candidate in candidates:
+        if candidate.probe and not _claim_probe(runtime, plan, candidate):
+            continue
+        recorder.attempts += 1
+        response = _send(runtime, call, plan, candidate.key.secret())
+        if response is not None and not is_retryable(response.status_code):
+            recorder.key_used(candidate)
+            return _answer(call, plan, recorder, response)
+        recorder.key_failed(candidate.key)
+        last = f"upstream status {response.status_code}" if response is not None else "connection failed or timed out"
+        if response is not None:
+            response.close()
+    raise AllKeysFailed("all_keys_failed", f"every key of host {plan.route.binding.host.name!r} failed; last: {last}")
+
+
+def _claim_probe(runtime: Runtime, plan: Plan, candidate: keypool.Candidate) -> bool:
+    with runtime.pool.connection() as conn:
+        return keypool.claim_probe(conn, plan.route.policy, candidate.key)
+
+
+def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> requests.Response | None:
+    """One upstream attempt; None on connection errors and timeouts, Interrupted when stopped on purpose."""
+    settings = runtime.settings
+    url = plan.route.binding.host.base_url.rstrip("/") + plan.path
+    headers = {"content-type": "application/json", "accept": "text/event-stream" if plan.stream else "application/json",
+               "user-agent": "relay/1.0", **plan.adapter.auth_headers(secret)}
+    read_timeout = settings.upstream_read_timeout_s
+    if call.deadline is not None:
+        read_timeout = min(read_timeout, max(0.01, call.deadline - time.monotonic()))
+    if call.interrupter is not None:
+        call.interrupter.check()
+    try:
+        with upstream.interruptible(call.interrupter):
+            return upstream.post(url, headers=headers, body=plan.body, stream=True,
+                                 timeout=(settings.upstream_connect_timeout_s, read_timeout))
+    except requests.RequestException:
+        _raise_if_stopped(call)
+        return None
+
+
+def _raise_if_stopped(call: InferenceCall) -> None:
+    if call.interrupter is not None and call.interrupter.interrupted:
+        raise Interrupted(call.interrupter.reason or "interrupted")
+    if call.deadline is not None and time.monotonic() >= call.deadline:
+        raise Interrupted("time_limit")
+
+
+def _answer(call: InferenceCall, plan: Plan, recorder: Recorder, response: requests.Response) -> InferenceResult:
+    """Turn the upstream answer into the result: whole body, or a pass-through stream."""
+    content_type = response.headers.get("content-type", "application/json")
+    if plan.stream and response.status_code < 300 and content_type.startswith("text/event-stream"):
+        return stream_result(call, plan, recorder, response)
+    try:
+        with upstream.interruptible(call.interrupter):
+            body = response.content
+    except requests.RequestException:
+        _raise_if_stopped(call)
+        raise AllKeysFailed("upstream_read_failed", "the upstream connection broke while reading the answer") from None
+    finally:
+        response.close()
+    return recorder.finish_whole(plan, response.status_code, body, content_type)

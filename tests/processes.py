@@ -1,0 +1,75 @@
+"""Starting Relay's real processes (API under gunicorn, Dramatiq workers) for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+RELAY = [sys.executable, "-m", "app.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RelayProcess:
+    """A running `relay ...` process in its own process group, with its output in a log file."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    url: str = ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_relay(args: list[str], env: dict[str, str], log_path: Path) -> RelayProcess:
+    """Run `relay ARGS` with ENV in a new process group, output to LOG_PATH."""
+    out = open(log_path, "wb")
+    proc = subprocess.Popen([*RELAY, *args], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return RelayProcess(proc=proc, log_path=log_path)
+
+
+def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, threads: int = 16) -> RelayProcess:
+    """Start `relay api` on a free port and wait until /readyz answers 200."""
+    port = free_port()
+    api = start_relay(["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads)],
+                      env, log_dir / f"api-{port}.log")
+    api.url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if api.proc.poll() is not None:
+            raise RuntimeError(f"relay api exited early:\n{api.log()}")
+        try:
+            if requests.get(api.url + "/readyz", timeout=2).status_code == 200:
+                return api
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    api.stop()
+    raise RuntimeError(f"relay api did not become ready:\n{api.log()}")
