@@ -98,7 +98,8 @@ def _ambient_context() -> dict[str, Any]:
 
         if has_request_context() and getattr(g, "request_id", None):
             found["request_id"] = g.request_id
-    return {k: found[k] for k in (*_CONTEXT_KEYS, *sorted(set(found) - set(_CONTEXT_KEYS)))}
+    ordered = [k for k in _CONTEXT_KEYS if k in found] + sorted(set(found) - set(_CONTEXT_KEYS))
+    return {k: found[k] for k in ordered}
 
 
 def _clean(value: Any) -> Any:

@@ -90,7 +90,7 @@ def observe_http(method: str, route: str, status: int, seconds: float) -> None:
 
 
 def install_request_metrics(app: Flask) -> None:
-    """Count and time every request of APP by route template and status (recorded when the body is closed)."""
+    """Count and time every request of APP by route template and status (streams: when the body is closed)."""
     from flask import g, request
 
     @app.before_request
@@ -103,7 +103,10 @@ def install_request_metrics(app: Flask) -> None:
         if started is not None:
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
             method, status = request.method, response.status_code
-            response.call_on_close(lambda: observe_http(method, route, status, time.perf_counter() - started))
+            if response.is_streamed:  # time the whole stream: record when the server closes the body
+                response.call_on_close(lambda: observe_http(method, route, status, time.perf_counter() - started))
+            else:
+                observe_http(method, route, status, time.perf_counter() - started)
         return response
 
 

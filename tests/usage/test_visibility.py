@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -63,13 +64,13 @@ def test_a_rotated_key_sees_only_what_its_current_value_did(client, runtime, set
 
     old_secret = new_key(client, settings, "user", "u-ann", "p-main")
     old = authenticate(runtime, old_secret)
-    before = insert_event(runtime, old, T0)
+    before = insert_event(runtime, old, T0 - timedelta(days=30))
     rotated = client.post(f"/admin/relay-keys/{old.credential_id}/rotate", headers=admin_headers(settings),
                           json={"grace_seconds": 300})
     assert rotated.status_code == 200, rotated.json
     new = authenticate(runtime, rotated.json["key"])
     assert new.credential_id == old.credential_id and new.relay_key_hash != old.relay_key_hash
-    after = insert_event(runtime, new, T0)
+    after = insert_event(runtime, new, T0 - timedelta(days=30))
 
     def ids(secret: str) -> set[int]:
         res = client.get("/v1/usage/events", headers={"Authorization": f"Bearer {secret}"})

@@ -1,0 +1,157 @@
+"""/metrics on the API (single process here): request counters, recorded metrics, and state read at scrape time."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+import pika
+import pytest
+import requests
+
+from app.metrics import count_rate_limited, observe_item, observe_upstream, scrape_registry, start_worker_metrics_server
+from app.runtime import Runtime
+from tests.observability.helpers import parse, scrape, value
+from tests.processes import free_port
+from tests.usage.conftest import CATALOG as USAGE_CATALOG
+
+pytestmark = pytest.mark.integration
+OBS_HOST = {"name": "obs-host", "base_url": "http://127.0.0.1:9",
+            "keys": [{"name": "obs-key-ok", "value": "sk-obs-1"}, {"name": "obs-key-broken", "value": "sk-obs-2"},
+                     {"name": "obs-key-resting", "value": "sk-obs-3"}]}
+# The usage tests' catalog plus one host: applying a catalog replaces the whole of it.
+CATALOG = {**USAGE_CATALOG, "hosts": [*USAGE_CATALOG["hosts"], OBS_HOST]}
+
+
+def test_requests_are_counted_by_route_template_and_status(client) -> None:
+    before = scrape(client)
+    for _ in range(3):
+        assert client.get("/healthz").status_code == 200
+    assert client.get("/no/such/route").status_code == 404
+    assert client.get(f"/v1/usage/events?credential={uuid.uuid4()}").status_code == 401
+    after = scrape(client)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("relay_http_requests_total", method="GET", route="/healthz", status="200") == 3
+    assert moved("relay_http_requests_total", method="GET", route="unmatched", status="404") == 1
+    assert moved("relay_http_requests_total", method="GET", route="/v1/usage/events", status="401") == 1
+    assert moved("relay_http_request_duration_seconds_count", method="GET", route="/healthz") == 3
+
+
+def test_upstream_latency_rate_limits_and_item_durations_are_exposed(client) -> None:
+    before = scrape(client)
+    observe_upstream("obs-host", 200, 0.2)
+    observe_upstream("obs-host", "error", 1.5)
+    count_rate_limited("p-main")
+    count_rate_limited("p-main")
+    observe_item("completed", 3.0)
+    observe_item("discarded", 0.01)
+    after = scrape(client)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("relay_upstream_request_duration_seconds_count", host="obs-host", status="200") == 1
+    assert moved("relay_upstream_request_duration_seconds_bucket", host="obs-host", status="error", le="2.5") == 1
+    assert moved("relay_upstream_request_duration_seconds_bucket", host="obs-host", status="error", le="1.0") == 0
+    assert moved("relay_rate_limited_total", policy="p-main") == 2
+    assert moved("relay_batch_item_duration_seconds_sum", state="completed") == pytest.approx(3.0)
+    assert moved("relay_batch_item_duration_seconds_count", state="discarded") == 1
+
+
+def test_batch_items_are_counted_by_state_from_postgres(client, runtime) -> None:
+    before = scrape(client)
+    batch_id = uuid.uuid4()
+    states = ["queued", "running", "running", "completed", "completed", "completed", "discarded", "cancelled"]
+    with runtime.pool.connection() as conn:
+        conn.execute("INSERT INTO batches (id, shape, total, owner, policy_id, credential_kind, credential_id)"
+                     " VALUES (%s, 'openai', %s, 'key:00', %s, 'relay_key', %s)",
+                     (batch_id, len(states), uuid.uuid4(), uuid.uuid4()))
+        for idx, state in enumerate(states):
+            conn.execute("INSERT INTO batch_items (batch_id, idx, state) VALUES (%s, %s, %s)", (batch_id, idx, state))
+    after = scrape(client)
+    moved = {s: value(after, "relay_batch_items", state=s) - value(before, "relay_batch_items", state=s)
+             for s in ("queued", "running", "completed", "discarded", "cancelled")}
+    assert moved == {"queued": 1, "running": 2, "completed": 3, "discarded": 1, "cancelled": 1}
+    assert value(after, "relay_metrics_database_up") == 1
+
+
+def test_breaker_state_is_shown_per_host_key_by_name(client, runtime, settings) -> None:
+    res = client.put("/admin/catalog", headers={"Authorization": f"Bearer {settings.admin_token}"},
+                     json=CATALOG)
+    assert res.status_code == 200, res.json
+    with runtime.pool.connection() as conn:
+        keys = {r["name"]: r["id"] for r in conn.execute("SELECT id, name FROM host_keys").fetchall()}
+        conn.execute("INSERT INTO key_health (host_key_id, consecutive_failures, opened_until) VALUES"
+                     " (%s, 4, now() + interval '1 hour'), (%s, 2, now() - interval '1 second')"
+                     " ON CONFLICT (host_key_id) DO UPDATE SET consecutive_failures = excluded.consecutive_failures,"
+                     " opened_until = excluded.opened_until", (keys["obs-key-broken"], keys["obs-key-resting"]))
+    samples = scrape(client)
+
+    def state(key: str) -> str:
+        [current] = [s for s in ("closed", "open", "half_open")
+                     if value(samples, "relay_host_key_breaker_state", host="obs-host", host_key=key, state=s) == 1]
+        return current
+
+    assert (state("obs-key-ok"), state("obs-key-broken"), state("obs-key-resting")) == ("closed", "open", "half_open")
+    assert value(samples, "relay_host_key_consecutive_failures", host="obs-host", host_key="obs-key-broken") == 4
+
+
+def test_queue_depth_is_read_with_a_passive_declare(runtime, settings) -> None:
+    queue = f"relay.metrics-test.{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(settings.broker_url))
+    try:
+        channel = conn.channel()
+        channel.queue_declare(queue=queue, durable=False, auto_delete=False)
+        for i in range(3):
+            channel.basic_publish(exchange="", routing_key=queue, body=str(i).encode())
+        view = Runtime(settings=dataclasses.replace(settings, queue_name=queue), pool=runtime.pool)
+        samples = parse(_render(view))
+        assert value(samples, "relay_queue_messages", queue=queue) == 3
+        assert value(samples, "relay_queue_consumers", queue=queue) == 0
+        assert value(samples, "relay_metrics_broker_up") == 1
+    finally:
+        conn.channel().queue_delete(queue=queue)
+        conn.close()
+
+
+def test_a_queue_nobody_declared_yet_is_empty(runtime, settings) -> None:
+    view = Runtime(settings=dataclasses.replace(settings, queue_name="relay.never-declared"), pool=runtime.pool)
+    samples = parse(_render(view))
+    assert value(samples, "relay_queue_messages", queue="relay.never-declared") == 0
+    assert value(samples, "relay_metrics_broker_up") == 1
+
+
+def test_a_scrape_still_answers_when_rabbitmq_and_postgres_are_down(runtime, settings) -> None:
+    closed = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
+    view = Runtime(settings=dataclasses.replace(settings, broker_url=closed), pool=_BrokenPool())  # type: ignore[arg-type]
+    samples = parse(_render(view))
+    assert value(samples, "relay_metrics_broker_up") == 0
+    assert value(samples, "relay_metrics_database_up") == 0
+    assert not any(name == "relay_batch_items" or name == "relay_queue_messages" for name, _ in samples)
+
+
+def test_the_worker_metrics_server_serves_on_loopback_once_per_port(runtime) -> None:
+    port = free_port()
+    assert start_worker_metrics_server(runtime, port=port) is True
+    assert start_worker_metrics_server(runtime, port=port) is False  # another process already serves it
+    assert start_worker_metrics_server(runtime, port=0) is False  # 0 = off
+    observe_item("completed", 0.5)
+    body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    samples = parse(body)
+    assert value(samples, "relay_batch_item_duration_seconds_count", state="completed") >= 1
+    assert ("relay_batch_items", frozenset({("state", "queued")})) in samples
+
+
+class _BrokenPool:
+    def connection(self, timeout: float | None = None) -> Any:
+        raise ConnectionError("postgres is down")
+
+
+def _render(runtime: Runtime) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(scrape_registry(runtime)).decode()
