@@ -55,12 +55,17 @@ def _register_request_hooks(app: Flask) -> None:
     @app.before_request
     def assign_request_id() -> None:
         incoming = request.headers.get("x-request-id", "")
-        g.request_id = incoming if 8 <= len(incoming) <= 128 and incoming.isascii() and incoming.replace("-", "").isalnum() else uuid.uuid4().hex
+        g.request_id = incoming if _valid_request_id(incoming) else uuid.uuid4().hex
 
     @app.after_request
     def add_request_id(response):  # type: ignore[no-untyped-def]
         response.headers["x-request-id"] = getattr(g, "request_id", "")
         return response
+
+
+def _valid_request_id(value: str) -> bool:
+    """A caller-supplied request id is kept when it is short, ASCII and alphanumeric (dashes allowed)."""
+    return 8 <= len(value) <= 128 and value.isascii() and value.replace("-", "").isalnum()
 
 
 def _register_error_handlers(app: Flask) -> None:

@@ -24,7 +24,8 @@ def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: 
         pool.open(wait=True, timeout=10)
     except Exception as exc:  # psycopg_pool raises PoolTimeout wrapping the connect error
         pool.close()
-        raise ServiceUnavailable("database_unavailable", f"cannot connect to Postgres: {_reason(database_url)}") from exc
+        message = f"cannot connect to Postgres: {_reason(database_url)}"
+        raise ServiceUnavailable("database_unavailable", message) from exc
     return pool
 
 
@@ -34,7 +35,8 @@ def check_database(database_url: str) -> None:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        raise ServiceUnavailable("database_unavailable", f"cannot connect to Postgres at {_reason(database_url)}: {_first_line(exc)}") from exc
+        message = f"cannot connect to Postgres at {_reason(database_url)}: {_first_line(exc)}"
+        raise ServiceUnavailable("database_unavailable", message) from exc
 
 
 def _reason(url: str) -> str:

@@ -34,7 +34,8 @@ def services_up() -> bool:
     try:
         with psycopg.connect(ADMIN_DB_URL, connect_timeout=3):
             pass
-        requests.get(f"http://127.0.0.1:{MQ_UI_PORT}/api/overview", auth=("guest", "guest"), timeout=3).raise_for_status()
+        overview = f"http://127.0.0.1:{MQ_UI_PORT}/api/overview"
+        requests.get(overview, auth=("guest", "guest"), timeout=3).raise_for_status()
         return True
     except Exception:
         return False
