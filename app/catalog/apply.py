@@ -18,7 +18,7 @@ from app.catalog.writes import catalog_write
 from app.credentials import store as credential_store
 from app.runtime import Runtime
 
-KINDS = ("teams", "projects", "hosts", "host_keys", "models", "policies", "users", "service_accounts")
+KINDS = ("teams", "projects", "hosts", "host_keys", "models", "policies", "users", "service_accounts", "relay_keys")
 
 
 @dataclass
@@ -47,7 +47,7 @@ def apply_catalog(runtime: Runtime, raw: Any, *, dry_run: bool = False,
     box = SecretBox(runtime.settings.secret_key)
     with catalog_write(runtime) as write:
         current = store.load_catalog_rows(write.conn)
-        problems = _check_against_database(write.conn, doc, current)
+        problems = _check_against_database(doc, current)
         if problems:
             raise InvalidCatalog(problems)
         result = ApplyResult(version=current.version, dry_run=dry_run)
@@ -59,19 +59,14 @@ def apply_catalog(runtime: Runtime, raw: Any, *, dry_run: bool = False,
     return result
 
 
-def _check_against_database(conn: Connection[Any], doc: dict[str, Any], current: CatalogRows) -> list[str]:
-    """Problems only the database can show: new keys without a secret, removals live relay keys still use."""
+def _check_against_database(doc: dict[str, Any], current: CatalogRows) -> list[str]:
+    """Problems only the database can show: a new host key without a secret."""
     problems = []
     existing_keys = {r["name"] for r in current.host_keys}
     for i, host in enumerate(doc["hosts"]):
         for k, key in enumerate(host["keys"]):
             if "_secret" not in key and key["name"] not in existing_keys:
                 problems.append(f"hosts[{i}].keys[{k}]: give value or value_env (a new key has no stored secret)")
-    for kind, column, rows in (("projects", "project_id", current.projects), ("teams", "team_id", current.teams)):
-        wanted = {item["name"] for item in doc[kind]}
-        removed = {r["id"]: r["name"] for r in rows if r["name"] not in wanted}
-        for ref, count in credential_store.live_keys_using(conn, column, list(removed)).items():
-            problems.append(f"{kind}: cannot remove {removed[ref]!r}: {count} relay key(s) not revoked use it")
     return problems
 
 
@@ -187,7 +182,11 @@ class _Reconciler:
         return changed
 
     def _remove_all(self) -> None:
-        """Remove what the document leaves out, dependents first; policies are only soft-deleted."""
+        """Remove what the document leaves out, dependents first; policies are only soft-deleted.
+
+        Relay keys are not part of the catalog: those of a removed project or team keep working without it
+        (listed under relay_keys.updated); those of a removed user or service account stop working.
+        """
         for kind in ("service_accounts", "users", "policies", "models", "host_keys", "hosts", "projects", "teams"):
             rows = self.live_policies if kind == "policies" else getattr(self.cur, kind)
             gone = [r for r in rows if r["name"] not in self.ids.get(kind, {})]
@@ -198,7 +197,8 @@ class _Reconciler:
                 store.soft_delete_policies(self.conn, ids)
             else:
                 if kind in ("projects", "teams"):
-                    credential_store.detach_revoked_keys(self.conn, kind[:-1] + "_id", ids)
+                    for key_id in credential_store.detach_keys(self.conn, kind[:-1] + "_id", ids):
+                        self._note("relay_keys", "updated", str(key_id))
                 store.delete_rows(self.conn, kind, ids)
             for r in gone:
                 self._note(kind, "deleted", r["name"])

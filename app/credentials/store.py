@@ -92,22 +92,13 @@ def list_relay_key_views(conn: Connection[Any], key_id: UUID | None = None) -> l
                          project=r["project_name"], team=r["team_name"]) for r in rows]
 
 
-def live_keys_using(conn: Connection[Any], column: str, ids: list[UUID]) -> dict[UUID, int]:
-    """How many relay keys that are not revoked use each project (or team) in IDS."""
+def detach_keys(conn: Connection[Any], column: str, ids: list[UUID]) -> list[UUID]:
+    """Clear a removed project (or team) from the relay keys that carry it; return those keys' ids."""
     if column not in ("project_id", "team_id") or not ids:
-        return {}
-    query = sql.SQL("SELECT {col} AS ref, count(*) AS n FROM relay_keys WHERE {col} = ANY(%s)"
-                    " AND state <> 'revoked' GROUP BY {col}").format(col=sql.Identifier(column))
-    return {r["ref"]: int(r["n"]) for r in conn.execute(query, (ids,)).fetchall()}
-
-
-def detach_revoked_keys(conn: Connection[Any], column: str, ids: list[UUID]) -> None:
-    """Clear a removed project (or team) from revoked keys so the row can be deleted."""
-    if column not in ("project_id", "team_id") or not ids:
-        return
-    query = sql.SQL("UPDATE relay_keys SET {col} = NULL WHERE {col} = ANY(%s) AND state = 'revoked'").format(
-        col=sql.Identifier(column))
-    conn.execute(query, (ids,))
+        return []
+    query = sql.SQL("UPDATE relay_keys SET {col} = NULL, updated_at = now() WHERE {col} = ANY(%s)"
+                    " RETURNING id").format(col=sql.Identifier(column))
+    return [r["id"] for r in conn.execute(query, (ids,)).fetchall()]
 
 
 def insert_token(conn: Connection[Any], user_id: UUID, expires_at: datetime) -> TokenRecord:

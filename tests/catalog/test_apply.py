@@ -10,6 +10,7 @@ import psycopg
 import pytest
 import yaml
 
+from app.auth import authenticate
 from app.catalog.apply import apply_catalog
 from app.catalog.cache import get_catalog
 from app.catalog.export import export_catalog
@@ -162,17 +163,18 @@ def test_every_change_bumps_the_version_and_notifies_in_the_same_transaction(run
     apply_catalog(runtime, base_catalog())
 
 
-def test_removing_a_project_that_live_relay_keys_use_is_refused(runtime) -> None:
+def test_removing_a_project_detaches_the_relay_keys_that_use_it(runtime) -> None:
     doc = base_catalog()
     doc["projects"].append({"name": "t-short-lived", "team": "t-team"})
     apply_catalog(runtime, doc)
     issued = keys.create_key(runtime, principal_kind="user", principal="t-bob", policy="narrow",
                              project="t-short-lived")
-    with pytest.raises(InvalidCatalog) as caught:
-        apply_catalog(runtime, base_catalog())
-    assert caught.value.problems == ["projects: cannot remove 't-short-lived': 1 relay key(s) not revoked use it"]
-    keys.change_key_state(runtime, issued.view.key.id, "revoke")
-    assert apply_catalog(runtime, base_catalog()).changes["projects"]["deleted"] == ["t-short-lived"]
+    result = apply_catalog(runtime, base_catalog())
+    assert result.changes["projects"]["deleted"] == ["t-short-lived"]
+    assert result.changes["relay_keys"]["updated"] == [str(issued.view.key.id)]
+    caller = authenticate(runtime, issued.secret)
+    assert caller.project_id is None
+    assert keys.key_fields(keys.get_key(runtime, issued.view.key.id))["project"] is None
 
 
 def test_env_values_are_read_at_apply_time(runtime, monkeypatch) -> None:
