@@ -133,7 +133,7 @@ class CatalogCache:
             try:
                 with psycopg.connect(self._settings.database_url, autocommit=True, row_factory=dict_row,
                                      connect_timeout=5, application_name=LISTENER_NAME) as conn:
-                    conn.execute("LISTEN " + store.NOTIFY_CHANNEL)
+                    store.listen_for_changes(conn)
                     self._catch_up(conn)
                     backoff = 0.5
                     self._wait_for_changes(conn)
