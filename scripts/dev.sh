@@ -61,7 +61,8 @@ up() {
   wait_http "http://127.0.0.1:$FAKE_PORT/_control/stats" 30
   relay apply app/demo/catalog.yaml >/dev/null
   if [ ! -s "$RUN/demo-key" ]; then
-    relay keys create --user demo --policy default --name demo --print-secret-only > "$RUN/demo-key"
+    relay keys create --user demo --policy default --name demo \
+      | python -c 'import json, sys; print(json.load(sys.stdin)["key"])' > "$RUN/demo-key"
   fi
   start api relay api --bind "127.0.0.1:$API_PORT"
   start worker relay worker
