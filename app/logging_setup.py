@@ -27,6 +27,8 @@ _SECRET_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _CONTEXT_KEYS = ("request_id", "batch_id", "idx")
+# Libraries that narrate every connection at INFO (pika: ~15 lines per AMQP connection).
+QUIET_LOGGERS = {"pika": logging.WARNING}
 _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 _context: ContextVar[dict[str, Any] | None] = ContextVar("relay_log_context", default=None)
 _literal_secrets: set[str] = set()
@@ -124,4 +126,6 @@ def install_json_logging(level: int | str = logging.INFO, stream: IO[str] | None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    for name, quiet_level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(quiet_level)
     return handler

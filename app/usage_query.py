@@ -202,6 +202,9 @@ def _summary_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _counters(row: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {name: int(row[name]) for name in SUMMARY_COUNTERS}
-    out["cost_usd"] = cost_usd(out["cost_nanos"])
+    out: dict[str, Any] = {}
+    for name in SUMMARY_COUNTERS:
+        out[name] = int(row[name])
+        if name == "cost_nanos":
+            out["cost_usd"] = cost_usd(out[name])
     return out
