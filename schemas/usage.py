@@ -14,20 +14,16 @@ EXPORT_FORMATS = ("csv", "jsonl")
 MAX_LIMIT = 1000
 
 
-class CommaList(fields.Field):
-    """A comma-separated list of CHOICES, given once (`a,b`) or repeated; order kept, duplicates dropped."""
+class CommaList(fields.String):
+    """A comma-separated list of CHOICES (`a,b`); order kept, duplicates dropped. A string in OpenAPI."""
 
     def __init__(self, choices: tuple[str, ...], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.choices = choices
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str]:
-        parts = value if isinstance(value, list) else [value]
-        names: list[str] = []
-        for part in parts:
-            if not isinstance(part, str):
-                raise ValidationError("must be a comma-separated string")
-            names.extend(p.strip() for p in part.split(",") if p.strip())
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str]:  # type: ignore[override]
+        text = super()._deserialize(value, attr, data, **kwargs)
+        names = [p.strip() for p in text.split(",") if p.strip()]
         unknown = [n for n in names if n not in self.choices]
         if unknown:
             raise ValidationError(f"unknown: {', '.join(unknown)}; choose from {', '.join(self.choices)}")

@@ -69,7 +69,7 @@ def _documented(summary: str) -> Any:
 
 
 @blp.route("/events")
-@blp.arguments(EventListArgs, location="query", as_kwargs=False, unknown=RAISE)
+@blp.arguments(EventListArgs, location="query", as_kwargs=False, unknown=RAISE, error_status_code=400)
 @blp.response(200, EventPageSchema)
 @_documented("Usage events, newest first, one page at a time (follow next_cursor)")
 def list_usage_events(args: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def list_usage_events(args: dict[str, Any]) -> dict[str, Any]:
 
 
 @blp.route("/summary")
-@blp.arguments(SummaryArgs, location="query", as_kwargs=False, unknown=RAISE)
+@blp.arguments(SummaryArgs, location="query", as_kwargs=False, unknown=RAISE, error_status_code=400)
 @blp.response(200, SummarySchema)
 @_documented("Requests, errors, tokens and cost, grouped and bucketed; totals exact to the nano-dollar")
 def usage_summary(args: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def usage_summary(args: dict[str, Any]) -> dict[str, Any]:
 
 
 @blp.route("/events/export")
-@blp.arguments(ExportArgs, location="query", as_kwargs=False, unknown=RAISE)
+@blp.arguments(ExportArgs, location="query", as_kwargs=False, unknown=RAISE, error_status_code=400)
 @blp.doc(responses={"200": {"description": "every matching event, newest first, streamed",
                             "content": {t: {"schema": {"type": "string"}} for t in EXPORT_TYPES.values()}}})
 @_documented("Every matching event as CSV or JSON Lines, streamed")
