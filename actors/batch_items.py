@@ -67,7 +67,7 @@ class BatchWorkerBoot(Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         ctx = _state["ctx"] = _build_context(threads=worker.worker_threads)
         dispatcher = Dispatcher(ctx.runtime, encode_message, _ensure_queue)
-        ctx.on_finalized = dispatcher.wake
+        ctx.on_finalized = dispatcher.item_finished
         heartbeat = Periodic("relay-heartbeat", _settings.worker_heartbeat_s, heartbeat_and_reap(ctx))
         heartbeat.tick()  # registered before the first item is claimed
         threads: dict[str, Dispatcher | Listener | Periodic] = {

@@ -45,12 +45,18 @@ class Dispatcher:
         self._channel: BlockingChannel | None = None
         self._thread = threading.Thread(target=self._run, name="relay-dispatcher", daemon=True)
         self._passes = 0
+        self._window_full = False  # the last pass stopped at the window: finishing items should wake us
 
     def start(self) -> None:
         self._thread.start()
 
     def wake(self) -> None:
         self._wake.set()
+
+    def item_finished(self) -> None:
+        """A local item became final: wake only if the window was what held publishing back."""
+        if self._window_full:
+            self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -89,9 +95,10 @@ class Dispatcher:
             with conn.transaction():
                 if not store.try_leader_lock(conn, DISPATCH_LOCK):
                     return 0
-                room = self.window - store.in_flight(conn)
-                batches = store.undispatched_batches(conn) if room > 0 else 0
-                if batches == 0:
+                batches = store.undispatched_batches(conn)
+                room = self.window - store.in_flight(conn) if batches else 0
+                self._window_full = batches > 0 and room <= 0
+                if room <= 0:
                     return 0
                 limit = min(room, CHUNK)
                 keys = store.pick_unpublished(conn, limit=limit, per_batch=max(1, math.ceil(limit / batches)))

@@ -25,9 +25,18 @@ class ItemRegistry:
         self._lock = threading.Lock()
         self._items: dict[ItemKey, RunningItem] = {}
 
-    def add(self, key: ItemKey, interrupter: Interrupter, deadline: float) -> None:
+    def add(self, key: ItemKey, interrupter: Interrupter, deadline: float = float("inf")) -> bool:
+        """Register KEY unless it is already running here (a duplicate message); True if added."""
         with self._lock:
+            if key in self._items:
+                return False
             self._items[key] = RunningItem(interrupter, deadline)
+            return True
+
+    def set_deadline(self, key: ItemKey, deadline: float) -> None:
+        with self._lock:
+            if key in self._items:
+                self._items[key].deadline = deadline
 
     def remove(self, key: ItemKey) -> None:
         with self._lock:

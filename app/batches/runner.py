@@ -46,6 +46,7 @@ class Outcome:
     error: str | None = None
     error_code: str | None = None
     status: int = 200
+    recorded: bool = False  # the pipeline already wrote this item's usage event
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,29 @@ class ClaimedItem:
 
 
 def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
-    """Run item IDX of BATCH_ID once; returns the state it ended in (or why nothing was done)."""
-    with ctx.runtime.pool.connection() as conn:
-        row = store.claim_item(conn, batch_id, idx, ctx.worker_id)
-    if row is None:
-        return settle_unclaimed(ctx, batch_id, idx)
-    item = _claimed(row, idx)
-    interrupter = Interrupter()
-    deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
-    ctx.registry.add((batch_id, idx), interrupter, deadline)
+    """Run item IDX of BATCH_ID once; returns the state it ended in (or why nothing was done).
+
+    The item is registered before the claim, so a cancel committed right after the claim finds it here.
+    """
+    key, interrupter = (batch_id, idx), Interrupter()
+    if not ctx.registry.add(key, interrupter):
+        return "duplicate"  # the same item is running on this worker
     try:
-        outcome = _execute(ctx, item, interrupter, deadline)
-    except Exception:
-        log.exception("batch item %s:%s failed unexpectedly", batch_id, idx)
-        outcome = _stopped(interrupter) or Outcome("discarded", "internal error while running the item",
-                                                   "internal_error", 500)
+        with ctx.runtime.pool.connection() as conn:
+            row = store.claim_item(conn, batch_id, idx, ctx.worker_id)
+        if row is None:
+            return settle_unclaimed(ctx, batch_id, idx)
+        item = _claimed(row, idx)
+        deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
+        ctx.registry.set_deadline(key, deadline)
+        try:
+            outcome = _execute(ctx, item, interrupter, deadline)
+        except Exception:
+            log.exception("batch item %s:%s failed unexpectedly", batch_id, idx)
+            outcome = _stopped(interrupter) or Outcome("discarded", "internal error while running the item",
+                                                       "internal_error", 500)
     finally:
-        ctx.registry.remove((batch_id, idx))
+        ctx.registry.remove(key)
         interrupter.release()
     finalize(ctx, item, outcome)
     return outcome.state
@@ -90,8 +97,6 @@ def time_limit_outcome() -> Outcome:
 def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, deadline: float) -> Outcome:
     """Everything between the claim and the final update; returns the outcome instead of raising."""
     runtime = ctx.runtime
-    if _batch_cancelled(runtime, item.batch_id):  # a cancel that raced the claim
-        return Outcome("cancelled", "cancelled", "batch_cancelled", 499)
     early = _precheck(runtime, item)
     if early is not None:
         return early
@@ -109,12 +114,13 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
     except Interrupted as exc:
         return _stopped(interrupter) or _interrupted(exc.reason)
     except RelayError as exc:
-        return _stopped(interrupter) or Outcome("discarded", exc.message, exc.code, exc.status)
+        return _stopped(interrupter) or Outcome("discarded", exc.message, exc.code, exc.status, recorded=True)
     stopped = _stopped(interrupter)
     if stopped is not None:
         return stopped
     if not 200 <= result.status < 300:
-        return Outcome("discarded", f"upstream returned status {result.status}", "upstream_error", result.status)
+        return Outcome("discarded", f"upstream returned status {result.status}", "upstream_error", result.status,
+                       recorded=True)
     return _store_response(ctx, item, result.body or b"")
 
 
@@ -137,14 +143,14 @@ def _store_response(ctx: WorkerContext, item: ClaimedItem, body: bytes) -> Outco
     try:
         document = json.loads(body)
     except ValueError:
-        return Outcome("discarded", "the upstream's answer is not JSON", "invalid_upstream_response", 502)
+        return Outcome("discarded", "the upstream's answer is not JSON", "invalid_upstream_response", 502, True)
     if b"\n" in body or b"\r" in body:
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     try:
         ctx.payloads.write_response(item.batch_id, item.idx, body)
     except PayloadStoreUnavailable as exc:
-        return Outcome("discarded", f"cannot store the response: {exc.message}", exc.code, 507)
-    return Outcome("completed")
+        return Outcome("discarded", f"cannot store the response: {exc.message}", exc.code, 507, True)
+    return Outcome("completed", recorded=True)
 
 
 def _stopped(interrupter: Interrupter) -> Outcome | None:
@@ -158,20 +164,15 @@ def _interrupted(reason: str) -> Outcome:
     return time_limit_outcome()
 
 
-def _batch_cancelled(runtime: Runtime, batch_id: UUID) -> bool:
-    with runtime.pool.connection() as conn:
-        row = store.get_batch(conn, batch_id)
-    return row is None or row["status"] == "cancelled"
-
-
 def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
     """running (ours) → final state + usage event (unless the pipeline wrote it) + the batch's finished_at."""
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         done = store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
                                    error_code=outcome.error_code, worker_id=ctx.worker_id)
-        if done:
+        if done and not outcome.recorded:
             record_usage(conn, usage_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model,
                                            outcome, started=item.started))
+        if done:
             store.mark_finished_if_done(conn, item.batch_id)
     ctx.on_finalized()
 

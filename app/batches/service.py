@@ -6,6 +6,7 @@ import base64
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -15,7 +16,7 @@ import psycopg
 from app.auth_model import Caller
 from app.batches import store
 from app.batches.errors import BatchBodyTooLarge, BatchNotFound
-from app.batches.intake import parse_batch
+from app.batches.intake import ParsedBatch, parse_batch
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -48,17 +49,9 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]
     parsed = parse_batch(raw, max_items=settings.batch_max_items)
     batch_id = uuid4()
     payloads = payload_store(runtime)
-    payloads.write_requests(batch_id, parsed.item_bodies())
     try:
         with runtime.pool.connection() as conn, conn.transaction():
-            row = store.insert_batch(conn, {
-                "id": batch_id, "shape": parsed.shape, "metadata": _jsonb(parsed.metadata), "total": parsed.count,
-                "owner": caller.owner, "relay_key_hash": caller.relay_key_hash, "policy_id": caller.policy_id,
-                "project_id": caller.project_id, "team_id": caller.team_id,
-                "principal_kind": caller.principal_kind, "principal_id": caller.principal_id,
-                "credential_kind": caller.credential_kind, "credential_id": caller.credential_id,
-            })
-            store.copy_items(conn, batch_id, parsed.models)
+            row = _store_batch(conn, caller, batch_id, parsed, payloads)
             store.notify(conn, store.SUBMIT_CHANNEL, str(batch_id))
     except BaseException as exc:
         payloads.remove_batch(batch_id)
@@ -66,6 +59,32 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
     return batch_view(row, {"queued": parsed.count}, items=[], next_after=-1)
+
+
+def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, parsed: ParsedBatch,
+                 payloads: PayloadStore) -> dict[str, Any]:
+    """Insert the batch and COPY its items on a helper thread while this one writes the request files; the
+    caller commits only after both are done (the files durable first)."""
+    batch = {
+        "id": batch_id, "shape": parsed.shape, "metadata": _jsonb(parsed.metadata), "total": parsed.count,
+        "owner": caller.owner, "relay_key_hash": caller.relay_key_hash, "policy_id": caller.policy_id,
+        "project_id": caller.project_id, "team_id": caller.team_id, "principal_kind": caller.principal_kind,
+        "principal_id": caller.principal_id, "credential_kind": caller.credential_kind,
+        "credential_id": caller.credential_id,
+    }
+
+    def insert() -> dict[str, Any]:
+        row = store.insert_batch(conn, batch)
+        store.copy_items(conn, batch_id, parsed.models)
+        return row
+
+    with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:
+        inserted = pool.submit(insert)
+        try:
+            payloads.write_requests(batch_id, parsed.item_bodies())
+        finally:
+            row = inserted.result()  # the connection is ours again before the transaction ends
+    return row
 
 
 def get_batch(runtime: Runtime, caller: Caller, batch_id: str, *, state: str | None = None, after: int = -1,
