@@ -116,12 +116,16 @@ def _clean(value: Any) -> Any:
     return redact(str(value))
 
 
-def install_json_logging(level: int | str = logging.INFO, stream: IO[str] | None = None) -> logging.Handler:
-    """Replace the root logger's handlers with one JSON handler on STREAM (stderr); return it."""
+def install_json_logging(level: int | str = logging.INFO, stream: IO[str] | None = None, *,
+                         force: bool = False) -> logging.Handler | None:
+    """Give the root logger one JSON handler on STREAM (stderr); like logging.basicConfig, do nothing when
+    the root logger already has handlers (e.g. under pytest, or a host that set up logging) unless FORCE."""
+    root = logging.getLogger()
+    if root.handlers and not force:
+        return None
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler.addFilter(RedactingFilter())
-    root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)

@@ -25,7 +25,7 @@ def logs() -> Iterator[io.StringIO]:
     root = logging.getLogger()
     saved, level = list(root.handlers), root.level
     stream = io.StringIO()
-    install_json_logging(logging.DEBUG, stream=stream)
+    install_json_logging(logging.DEBUG, stream=stream, force=True)
     yield stream
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -83,6 +83,14 @@ def test_secrets_are_redacted_in_messages_arguments_extras_and_tracebacks(logs) 
     assert text.count("[REDACTED]") >= 7
     assert all(isinstance(entry, dict) for entry in lines(logs))  # still valid JSON after redaction
     assert "ValueError" in lines(logs)[-1]["exception"]
+
+
+def test_an_existing_logging_setup_is_left_alone_unless_forced() -> None:
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    assert handlers  # pytest's own capture handlers
+    assert install_json_logging() is None
+    assert root.handlers == handlers
 
 
 def test_redaction_leaves_ordinary_words_alone() -> None:
