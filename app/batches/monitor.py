@@ -64,7 +64,8 @@ def heartbeat_and_reap(ctx: WorkerContext) -> Callable[[], None]:
 
 
 def reap(ctx: WorkerContext) -> int:
-    """Discard running items whose worker stopped heartbeating ("worker lost") or ran far past the limit."""
+    """Discard running items whose worker stopped heartbeating ("worker lost") or ran far past the limit;
+    record finished_at of batches whose items are all final."""
     settings = ctx.runtime.settings
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         if not store.try_leader_lock(conn, REAPER_LOCK):
@@ -78,6 +79,9 @@ def reap(ctx: WorkerContext) -> int:
         if finalize_by_key(ctx.runtime, row["batch_id"], row["idx"], outcome, owner=row["worker_id"]):
             log.warning("batch item %s:%s discarded: %s", row["batch_id"], row["idx"], outcome.error)
             done += 1
+    with ctx.runtime.pool.connection() as conn, conn.transaction():
+        if store.try_leader_lock(conn, REAPER_LOCK):
+            store.finish_batches(conn)
     return done
 
 

@@ -165,15 +165,13 @@ def _interrupted(reason: str) -> Outcome:
 
 
 def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
-    """running (ours) → final state + usage event (unless the pipeline wrote it) + the batch's finished_at."""
+    """running (ours) → final state + usage event (unless the pipeline wrote it)."""
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         done = store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
                                    error_code=outcome.error_code, worker_id=ctx.worker_id)
         if done and not outcome.recorded:
             record_usage(conn, usage_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model,
                                            outcome, started=item.started))
-        if done:
-            store.mark_finished_if_done(conn, item.batch_id)
     ctx.on_finalized()
 
 
@@ -204,7 +202,6 @@ def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome
                                                   worker_id=owner):
             return False
         record_usage(conn, usage_event(caller_from_row(row), row["policy_id"], batch_id, idx, row["model"], outcome))
-        store.mark_finished_if_done(conn, batch_id)
     return True
 
 

@@ -93,6 +93,8 @@ def get_batch(runtime: Runtime, caller: Caller, batch_id: str, *, state: str | N
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
         counts = store.item_counts(conn, row["id"])
+        if row["finished_at"] is None and not counts.get("queued") and not counts.get("running"):
+            row["finished_at"] = store.finish_batch(conn, row["id"])
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit) if limit else []
     next_after = items[-1]["idx"] if len(items) == limit and items else None
     return batch_view(row, counts, items=items, next_after=next_after)
@@ -113,8 +115,9 @@ def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
         with conn.transaction():
             row = _owned(conn, caller, batch_id)
             store.cancel_batch(conn, row["id"])
-            store.mark_finished_if_done(conn, row["id"])
             store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
+        with conn.transaction():
+            store.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
         counts = store.item_counts(conn, row["id"])
     return batch_view(fresh, counts, items=[], next_after=-1)

@@ -2,8 +2,8 @@
 owns the transaction.
 
 Lock order, to stay free of deadlocks: cancel locks the batch row, then its queued items; finalizing locks
-one running item, then the batch row; the dispatcher locks queued items only (never a batch row in the
-same transaction).
+one running item only (finished_at is set afterwards by finish_batch, on read or by the reaper, so items of one
+batch never queue on its row); the dispatcher locks queued items only.
 """
 
 from __future__ import annotations
@@ -132,12 +132,22 @@ ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING
 """
 
 
-def mark_finished_if_done(conn: Conn, batch_id: UUID) -> None:
-    """Set finished_at once no item is queued or running (locks the batch row first so two last items agree)."""
-    conn.execute("SELECT 1 FROM batches WHERE id = %s FOR UPDATE", (batch_id,))
-    conn.execute("UPDATE batches SET finished_at = now() WHERE id = %s AND finished_at IS NULL AND NOT EXISTS"
-                 " (SELECT 1 FROM batch_items WHERE batch_id = %s AND state IN ('queued', 'running'))",
-                 (batch_id, batch_id))
+def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
+    """Record finished_at (the last item's finish time) once no item is queued or running; None if not yet."""
+    row = conn.execute(
+        "UPDATE batches b SET finished_at = coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id),"
+        " now()) WHERE id = %s AND finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM batch_items i"
+        " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running')) RETURNING finished_at", (batch_id,)).fetchone()
+    return row["finished_at"] if row else None
+
+
+def finish_batches(conn: Conn) -> int:
+    """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
+    cur = conn.execute(
+        "UPDATE batches b SET finished_at = coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id),"
+        " now()) WHERE finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM batch_items i"
+        " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running'))")
+    return cur.rowcount
 
 
 def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str) -> Row | None:

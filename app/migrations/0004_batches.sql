@@ -21,6 +21,7 @@ CREATE TABLE batches (
 );
 CREATE INDEX batches_owner ON batches (owner, created_at DESC, id DESC);
 CREATE INDEX batches_undispatched ON batches (created_at) WHERE dispatched_at IS NULL;
+CREATE INDEX batches_unfinished ON batches (created_at) WHERE finished_at IS NULL;
 
 CREATE TABLE batch_items (
     batch_id uuid NOT NULL REFERENCES batches(id) ON DELETE CASCADE,
