@@ -80,15 +80,14 @@ class BatchWorkerBoot(Middleware):
         log.info("batch worker %s ready (%d threads)", ctx.worker_id, worker.worker_threads)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        """Stop publishing and listening; running items finish (the heartbeat keeps them owned)."""
-        threads = _state.get("threads", {})
-        for name in ("dispatcher", "listener"):
-            if name in threads:
-                threads[name].stop()
+        """Stop publishing; running items finish, still cancellable, owned (heartbeat) and time-limited."""
+        dispatcher = _state.get("threads", {}).get("dispatcher")
+        if dispatcher is not None:
+            dispatcher.stop()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         threads, ctx = _state.get("threads", {}), _state.get("ctx")
-        for name in ("heartbeat", "watchdog"):
+        for name in ("listener", "heartbeat", "watchdog"):
             if name in threads:
                 threads[name].stop()
         if ctx is not None:

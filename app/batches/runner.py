@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+import psycopg
+
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
 from app.batches import store
@@ -25,6 +27,7 @@ from app.runtime import Runtime
 from app.usage import UsageEvent, record_usage
 
 log = logging.getLogger("relay.batches.runner")
+FINALIZE_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to record an item's outcome
 
 
 @dataclass
@@ -165,14 +168,27 @@ def _interrupted(reason: str) -> Outcome:
 
 
 def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
-    """running (ours) → final state + usage event (unless the pipeline wrote it)."""
+    """running (ours) → final state + usage event (unless the pipeline wrote it); retried through a database
+    blip, since an item left running under a live worker is only reaped after its time limit."""
+    for delay in FINALIZE_RETRIES_S:
+        try:
+            _finalize_once(ctx, item, outcome)
+            break
+        except psycopg.OperationalError as exc:
+            log.warning("finalizing %s:%s failed (%s); retrying in %.0fs", item.batch_id, item.idx, exc, delay)
+            time.sleep(delay)
+    else:
+        _finalize_once(ctx, item, outcome)
+    ctx.on_finalized()
+
+
+def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         done = store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
                                    error_code=outcome.error_code, worker_id=ctx.worker_id)
         if done and not outcome.recorded:
             record_usage(conn, usage_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model,
                                            outcome, started=item.started))
-    ctx.on_finalized()
 
 
 def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
