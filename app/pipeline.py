@@ -19,7 +19,8 @@ from adapters.shapes import plan_dispatch
 from app import routing
 from app.catalog.cache import get_catalog
 from app.catalog.model import Policy
-from app.errors import RelayError
+from app.errors import RateLimited, RelayError
+from app.metrics import count_rate_limited
 from app.pipeline_calls import call_with_failover
 from app.pipeline_record import Recorder
 from app.pipeline_types import InferenceCall, InferenceResult
@@ -86,5 +87,9 @@ def _plan(call: InferenceCall, route: routing.Route) -> Plan:
 def _reserve(runtime: Runtime, policy: Policy) -> Reservation | None:
     if not policy.rate_limits:
         return None
-    with runtime.pool.connection() as conn:
-        return reserve(conn, policy.rate_limits)
+    try:
+        with runtime.pool.connection() as conn:
+            return reserve(conn, policy.rate_limits)
+    except RateLimited:
+        count_rate_limited(policy.name)
+        raise

@@ -10,6 +10,7 @@ import requests
 from app import keypool, upstream
 from app.errors import RelayError, UpstreamFailed
 from app.interrupt import Interrupted
+from app.metrics import observe_upstream
 from app.pipeline_stream import stream_result
 from app.pipeline_types import InferenceCall, InferenceResult
 
@@ -75,13 +76,18 @@ def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> req
         read_timeout = min(read_timeout, max(0.01, call.deadline - time.monotonic()))
     if call.interrupter is not None:
         call.interrupter.check()
+    started = time.monotonic()
+    host = plan.route.binding.host.name
     try:
         with upstream.interruptible(call.interrupter):
-            return upstream.post(url, headers=headers, body=plan.body, stream=True,
-                                 timeout=(settings.upstream_connect_timeout_s, read_timeout))
+            response = upstream.post(url, headers=headers, body=plan.body, stream=True,
+                                     timeout=(settings.upstream_connect_timeout_s, read_timeout))
     except requests.RequestException:
+        observe_upstream(host, "error", time.monotonic() - started)
         _raise_if_stopped(call)
         return None
+    observe_upstream(host, response.status_code, time.monotonic() - started)
+    return response
 
 
 def _raise_if_stopped(call: InferenceCall) -> None:

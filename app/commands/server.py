@@ -54,8 +54,10 @@ def cmd_api(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     preflight(settings)
     apply_migrations(settings.database_url)
+    from app.metrics import prepare_metrics_dir
     from app.wsgi_server import run_gunicorn
 
+    prepare_metrics_dir()
     run_gunicorn(bind=args.bind, workers=args.workers, threads=args.threads)
     return 0
 
@@ -69,6 +71,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     argv = ["dramatiq", "actors.worker", "--processes", str(args.processes), "--threads", str(args.threads),
             "--queues", settings.queue_name, "--worker-shutdown-timeout", str(timeout_ms)]
     from dramatiq.cli import main as dramatiq_main
+
+    from app.metrics import prepare_metrics_dir
+
+    prepare_metrics_dir()
 
     sys.argv = argv
     return int(dramatiq_main() or 0)
