@@ -173,7 +173,8 @@ def _not_object(text: str, pos: int) -> InvalidJson | InvalidBatch:
 def _invalid(errors: list[ItemError]) -> InvalidBatch:
     shown = errors[:MAX_ERRORS]
     first = shown[0]
-    where = f"requests[{first.idx}]" if first.idx is not None else (first.field or "body")
+    where = (f"requests[{first.idx}]" + (f".{first.field}" if first.field else "")) if first.idx is not None \
+        else (first.field or "body")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return InvalidBatch(message=f"invalid batch: {where}: {first.message}{more}",
                         details=[e.as_dict() for e in shown])
