@@ -175,6 +175,8 @@ def _invalid(errors: list[ItemError]) -> InvalidBatch:
     first = shown[0]
     where = (f"requests[{first.idx}]" + (f".{first.field}" if first.field else "")) if first.idx is not None \
         else (first.field or "body")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    more = f" (and {len(errors) - 1} more)" if 1 < len(errors) < MAX_ERRORS else ""
+    if len(errors) >= MAX_ERRORS:
+        more = f" (and more: the first {MAX_ERRORS} are listed)"
     return InvalidBatch(message=f"invalid batch: {where}: {first.message}{more}",
                         details=[e.as_dict() for e in shown])

@@ -53,4 +53,5 @@ def test_every_bad_item_is_reported_but_only_up_to_the_cap() -> None:
     with pytest.raises(InvalidBatch) as caught:
         _parse({"shape": "openai", "requests": [{"model": "m"}] * 1500}, max_items=2000)
     assert len(caught.value.details) == 1000
-    assert caught.value.message == "invalid batch: requests[0].messages: is required (and 999 more)"
+    assert caught.value.message == ("invalid batch: requests[0].messages: is required"
+                                    " (and more: the first 1000 are listed)")
