@@ -46,3 +46,19 @@ def test_an_item_whose_worker_was_killed_is_discarded_as_worker_lost_and_never_r
     assert item["error"].startswith("worker lost")
     assert [e["error_code"] for e in usage_events(runtime, batch_id)] == ["worker_lost"]
     assert upstream.stats()["total"] == 1
+
+
+def test_a_worker_stopped_with_sigterm_finishes_its_running_items_first(client, make_key, upstream, settings_env,
+                                                                        runtime, tmp_path_factory) -> None:
+    key = make_key("slow")["key"]
+    upstream.reset()
+    upstream.control("sk-batch-slow", latency_ms=1500)
+    workers = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=1, threads=2,
+                            **WORKER_SETTINGS)
+    batch_id = submit(client, key, [CHAT, CHAT]).json["id"]
+    wait_for(lambda: upstream.stats()["in_flight"] == 2, what="both items calling the upstream")
+    workers.proc.send_signal(signal.SIGTERM)  # what a container runtime sends to the main process
+    assert workers.proc.wait(30) == 0
+    batch = wait_finished(client, key, batch_id, timeout=5)
+    assert batch["counts"]["completed"] == 2
+    upstream.forget("sk-batch-slow")
