@@ -20,7 +20,7 @@ class Runtime:
     services: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, settings: Settings, *, pool_max: int | None = None) -> "Runtime":
+    def build(cls, settings: Settings, *, pool_max: int | None = None) -> Runtime:
         pool = create_pool(settings.database_url, min_size=settings.db_pool_min,
                            max_size=pool_max or settings.db_pool_max)
         return cls(settings=settings, pool=pool)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
-from typing import Mapping
 
 
 class SettingsError(Exception):
@@ -35,7 +35,7 @@ class Settings:
     worker_id: str = ""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Build settings from RELAY_* variables; raise SettingsError naming the first bad one."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
