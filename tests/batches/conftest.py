@@ -11,7 +11,7 @@ from tests.batches.helpers import batch_catalog
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 
 # Fast settings for the worker processes of these tests.
-WORKER_SETTINGS = {"batch_item_time_limit_s": 2, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 3}
+WORKER_SETTINGS = {"batch_item_time_limit_s": 4, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
 
 
 @pytest.fixture(scope="session")
