@@ -23,9 +23,15 @@ start() {  # start NAME CMD...: run CMD in the background, logging to .run/NAME.
   log "$name started (pid $!, log .run/$name.log)"
 }
 
-stop() {
-  local name=$1
-  if running "$name"; then kill -TERM -- "-$(cat "$RUN/$name.pid")" 2>/dev/null || kill "$(cat "$RUN/$name.pid")"; log "$name stopped"; fi
+stop() {  # SIGTERM to the main process only (Dramatiq forwards it once), then the whole group
+  local name=$1 pid
+  if running "$name"; then
+    pid=$(cat "$RUN/$name.pid")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    log "$name stopped"
+  fi
   rm -f "$RUN/$name.pid"
 }
 
@@ -91,9 +97,9 @@ A batch (then GET /v1/batches/ID and /v1/batches/ID/results):
 INFO
 }
 
-down() {
+down() {  # --keep-services leaves Postgres and RabbitMQ running
   stop worker; stop api; stop fake-upstream
-  bash scripts/services.sh down
+  [ "${1:-}" = "--keep-services" ] || bash scripts/services.sh down
 }
 
 status() {
@@ -103,7 +109,7 @@ status() {
 
 case "${1:-up}" in
   up) up ;;
-  down) down ;;
+  down) down "${2:-}" ;;
   status) status ;;
   logs) tail -n 50 "$RUN"/*.log ;;
   *) echo "usage: $0 up|down|status|logs" >&2; exit 2 ;;

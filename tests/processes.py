@@ -32,16 +32,19 @@ class RelayProcess:
     url: str = ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        """Signal the main process only (Dramatiq's CLI forwards it to its children once), then kill the group."""
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
+                self.proc.send_signal(sig)
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.wait(10)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
