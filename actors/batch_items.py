@@ -19,6 +19,8 @@ from app.batches.dispatch import Dispatcher
 from app.batches.monitor import Listener, Periodic, heartbeat_and_reap, watchdog
 from app.batches.runner import WorkerContext, finalize_by_key, run_item, time_limit_outcome
 from app.batches.service import payload_store
+from app.logging_setup import log_context
+from app.metrics import start_worker_metrics_server
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -35,7 +37,8 @@ def run_batch_item(batch_id: str, idx: int) -> None:
     """Run one batch item; always returns normally (the outcome is recorded in Postgres)."""
     ctx = worker_context()
     try:
-        run_item(ctx, UUID(batch_id), int(idx))
+        with log_context(batch_id=batch_id, idx=idx):
+            run_item(ctx, UUID(batch_id), int(idx))
     except TimeLimitExceeded:  # the backstop: our own deadline should have stopped the item first
         finalize_by_key(ctx.runtime, UUID(batch_id), int(idx), time_limit_outcome(), owner=ctx.worker_id)
     except Exception:
@@ -77,6 +80,7 @@ class BatchWorkerBoot(Middleware):
         for thread in threads.values():
             thread.start()
         _state["threads"] = threads
+        start_worker_metrics_server(ctx.runtime)
         log.info("batch worker %s ready (%d threads)", ctx.worker_id, worker.worker_threads)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:

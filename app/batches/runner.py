@@ -20,6 +20,7 @@ from app.batches import store
 from app.batches.registry import ItemRegistry
 from app.errors import RelayError
 from app.interrupt import Interrupted, Interrupter
+from app.metrics import observe_item
 from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
 from app.pipeline_types import InferenceCall
@@ -179,6 +180,7 @@ def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
             time.sleep(delay)
     else:
         _finalize_once(ctx, item, outcome)
+    observe_item(outcome.state, time.time() - item.started)
     ctx.on_finalized()
 
 
