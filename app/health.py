@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pika
 
 from app.runtime import Runtime
@@ -27,8 +29,13 @@ def check_rabbitmq(broker_url: str) -> str:
     params.socket_timeout = 3
     params.connection_attempts = 1
     params.blocked_connection_timeout = 3
+    pika_log = logging.getLogger("pika")
+    level = pika_log.level
+    pika_log.setLevel(logging.CRITICAL)  # the reason is returned; pika's own multi-line error logs add nothing
     try:
         pika.BlockingConnection(params).close()
         return "ok"
     except Exception as exc:  # pika raises many unrelated classes for "cannot connect"
         return f"unreachable: {type(exc).__name__}"
+    finally:
+        pika_log.setLevel(level)
