@@ -76,3 +76,15 @@ def relay_api(settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     api = start_api(settings_env, tmp_path_factory.mktemp("api-logs"))
     yield api
     api.stop()
+
+
+@pytest.fixture(scope="session")
+def admin(app, settings):  # type: ignore[no-untyped-def]
+    """Call the admin API with the admin token: admin("POST", "/admin/relay-keys", json=...)."""
+    client = app.test_client()
+
+    def call(method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+        headers = {"Authorization": f"Bearer {settings.admin_token}", **kwargs.pop("headers", {})}
+        return client.open(path, method=method, headers=headers, **kwargs)
+
+    return call

@@ -9,25 +9,10 @@ import pytest
 import yaml
 
 from tests.catalog.helpers import HOST_KEY_SECRETS, base_catalog
-from tests.catalog.private_db import private_app, private_runtime
 
 pytestmark = pytest.mark.integration
 
 
-# This module's applies replace the whole catalog: run them on the catalog tests' own database.
-@pytest.fixture(scope="module")
-def runtime(settings):  # type: ignore[no-untyped-def]
-    return private_runtime(settings)
-
-
-@pytest.fixture(scope="module")
-def app(settings):  # type: ignore[no-untyped-def]
-    return private_app(settings)
-
-
-@pytest.fixture()
-def client(app):  # type: ignore[no-untyped-def]
-    return app.test_client()
 KEY_ANSWER = {"id", "key", "prefix", "policy", "project", "team", "principal_kind", "principal", "expires_at", "state"}
 
 

@@ -8,25 +8,10 @@ import pytest
 
 from tests.api.test_admin import Admin, create_key
 from tests.catalog.helpers import base_catalog
-from tests.catalog.private_db import private_app, private_runtime
 
 pytestmark = pytest.mark.integration
 
 
-# This module's applies replace the whole catalog: run them on the catalog tests' own database.
-@pytest.fixture(scope="module")
-def runtime(settings):  # type: ignore[no-untyped-def]
-    return private_runtime(settings)
-
-
-@pytest.fixture(scope="module")
-def app(settings):  # type: ignore[no-untyped-def]
-    return private_app(settings)
-
-
-@pytest.fixture()
-def client(app):  # type: ignore[no-untyped-def]
-    return app.test_client()
 MISSING_ID = "00000000-0000-4000-8000-000000000000"
 
 

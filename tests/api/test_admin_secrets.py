@@ -11,25 +11,8 @@ from app.auth import authenticate
 from app.errors import RelayError
 from tests.api.test_admin import Admin
 from tests.catalog.helpers import HOST_KEY_SECRETS, base_catalog
-from tests.catalog.private_db import private_app, private_runtime
 
 pytestmark = pytest.mark.integration
-
-
-# This module's applies replace the whole catalog: run them on the catalog tests' own database.
-@pytest.fixture(scope="module")
-def runtime(settings):  # type: ignore[no-untyped-def]
-    return private_runtime(settings)
-
-
-@pytest.fixture(scope="module")
-def app(settings):  # type: ignore[no-untyped-def]
-    return private_app(settings)
-
-
-@pytest.fixture()
-def client(app):  # type: ignore[no-untyped-def]
-    return app.test_client()
 
 
 class Recorder(Admin):

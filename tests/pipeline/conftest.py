@@ -67,18 +67,6 @@ def upstream() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def admin(app, settings) -> Callable[..., Any]:  # type: ignore[no-untyped-def]
-    """Call the admin API with the admin token: admin("POST", "/admin/relay-keys", json=...)."""
-    client = app.test_client()
-
-    def call(method: str, path: str, **kwargs: Any) -> Any:
-        headers = {"Authorization": f"Bearer {settings.admin_token}", **kwargs.pop("headers", {})}
-        return client.open(path, method=method, headers=headers, **kwargs)
-
-    return call
-
-
-@pytest.fixture(scope="module")
 def catalog(admin, upstream) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     doc = pipeline_catalog(upstream.url)
     res = admin("PUT", "/admin/catalog", json=doc)
