@@ -11,7 +11,8 @@ import pytest
 from app.catalog.apply import apply_catalog
 from app.cli import main
 
-EXAMPLE_CATALOG = Path(__file__).resolve().parents[3] / "shared" / "spec" / "catalog.example.yaml"
+EXAMPLE_CATALOG = Path(__file__).resolve().parents[2] / "docs" / "catalog.example.yaml"
+SPEC_CATALOG = Path(__file__).resolve().parents[3] / "shared" / "spec" / "catalog.example.yaml"
 HOST_KEY_SECRETS = ("sk-test-openai-inline-3f9a7c", "sk-test-anthropic-inline-8d1e2b")
 
 _BASE: dict[str, Any] = {
