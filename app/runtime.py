@@ -8,6 +8,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from app.db import create_pool
+from app.logging_setup import register_secrets
 from app.settings import Settings
 
 
@@ -21,6 +22,7 @@ class Runtime:
 
     @classmethod
     def build(cls, settings: Settings, *, pool_max: int | None = None) -> Runtime:
+        register_secrets([settings.admin_token, settings.secret_key])  # never in a log line of this process
         pool = create_pool(settings.database_url, min_size=settings.db_pool_min,
                            max_size=pool_max or settings.db_pool_max)
         return cls(settings=settings, pool=pool)
