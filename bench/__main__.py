@@ -1,0 +1,78 @@
+"""Relay's benchmarks: one command starts the fake upstream, `relay api` and `relay worker` processes on the local
+services (scripts/services.sh up if needed), runs every scenario REPEAT times, and prints a table of medians with
+targets and baseline ratios (also written as JSON).
+
+    .venv/bin/python -m bench                       # everything, 3 runs each (~15 min)
+    .venv/bin/python -m bench --quick --repeat 1    # smaller sizes
+    .venv/bin/python -m bench --only drain,live     # a subset
+
+Scenarios: accept, reads, live, drain, ratelimit, slow, cancel. It uses its own database and RabbitMQ vhost
+(`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy: compare ratios, not single times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import batches, reads
+from bench.env import BenchEnv
+from bench.report import Results
+from bench.sizes import FULL, QUICK, Sizes
+
+Scenario = Callable[[BenchEnv, Sizes, int, Results], None]
+# In the order they run: those without workers first, then by worker configuration.
+SCENARIOS: dict[str, Scenario] = {
+    "accept": batches.accept,
+    "reads": reads.reads,
+    "live": reads.live,
+    "drain": batches.drain,
+    "ratelimit": batches.rate_limited,
+    "slow": batches.slow_drain,
+    "cancel": batches.cancel,
+}
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def run(sizes: Sizes, only: list[str], repeat: int, json_path: Path | None, database: str = "relay_bench",
+        log: Callable[[str], None] = print) -> Results:
+    """Run the chosen scenarios on a fresh environment; the results (also written to JSON_PATH if given)."""
+    results = Results()
+    env = BenchEnv.create(sizes, name=database)
+    try:
+        for name in [n for n in SCENARIOS if n in only]:
+            started = time.monotonic()
+            log(f"[bench] {name} ...")
+            SCENARIOS[name](env, sizes, repeat, results)
+            log(f"[bench] {name} done in {time.monotonic() - started:.0f} s")
+    finally:
+        env.close()
+    if json_path is not None:
+        results.write_json(json_path, " ".join(["python -m bench", *sys.argv[1:]]))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SCENARIOS),
+                        help=f"comma-separated scenarios (default all: {','.join(SCENARIOS)})")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per scenario; the table shows medians")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (minutes instead of a quarter hour)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the JSON ({DEFAULT_JSON})")
+    args = parser.parse_args(argv)
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in only if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    results = run(QUICK if args.quick else FULL, only, max(1, args.repeat), args.json)
+    print(results.table())
+    for note in results.notes:
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

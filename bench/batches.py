@@ -1,0 +1,156 @@
+"""Batch scenarios: accept, drain (zero latency), drain (slow upstream at high concurrency), rate-limited drain,
+cancel. Each runs REPEAT times and records one value per figure per run."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from bench import sysstat
+from bench.baselines import bare_accept, direct_client
+from bench.env import KEYS, BenchEnv, batch_body
+from bench.report import Results
+from bench.sizes import Sizes
+
+ITEM_BUDGET_S = 1e-4  # the accept target: 10,000 items in 1 s, 100,000 in 10 s
+
+
+def accept(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """POST /v1/batches: time to 202 and the API worker's peak memory growth, against the bare cost."""
+    env.stop_workers()  # nothing drains the accepted batches
+    for count in sizes.accept:
+        body, items = batch_body(count)
+        for _ in range(repeat):
+            pids = env.api_workers()
+            rss = {pid: sysstat.memory_kb(pid, "VmRSS") for pid in pids}
+            for pid in pids:
+                sysstat.reset_peak(pid)
+            batch_id, took = env.post_batch("fast", body)
+            growth_kb = max(sysstat.memory_kb(pid, "VmHWM") - rss[pid] for pid in pids)
+            env.forget_batch(batch_id)
+            bare = bare_accept(env.conn, body, items, env.work)
+            label = f"{count:,} items"
+            results.add("accept", f"{label}: time to 202", took, "s", target=("<=", count * ITEM_BUDGET_S),
+                        baseline=bare, baseline_name="json.loads + files + COPY")
+            results.add("accept", f"{label}: API peak memory growth ÷ body ({len(body) / 2**20:.0f} MiB)",
+                        growth_kb * 1024 / len(body), "x", target=("<=", 3.0))
+
+
+def drain(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """Drain items through the workers with a zero-latency upstream: items/s and CPU per item, against a plain
+    client sending the same requests straight to the upstream at the same concurrency."""
+    processes, threads = sizes.drain_workers
+    env.start_workers(processes, threads)
+    body, items = batch_body(sizes.drain)
+    for _ in range(repeat):
+        before = env.cpu_sample()
+        batch_id, _ = env.post_batch("fast", body)
+        accepted = time.time()
+        env.wait_final(batch_id, sizes.drain)
+        after = env.cpu_sample()
+        completed = _count_state(env, batch_id, "completed")
+        elapsed = env.last_finished(batch_id) - accepted
+        env.forget_batch(batch_id)
+        rate, client_ms = direct_client(env.upstream.url + "/v1/chat/completions", KEYS["fast"], items,
+                                        processes * threads)
+        cpu = {group: sysstat.cpu_delta(before[group], after[group]) * 1000 / sizes.drain for group in before}
+        if completed != sizes.drain:
+            results.notes.append(f"drain: only {completed} of {sizes.drain} items completed")
+        label = f"{sizes.drain:,} items, {processes}x{threads} threads"
+        results.add("drain", f"{label}: items/s", sizes.drain / elapsed, "items/s", target=(">=", 500),
+                    baseline=rate, baseline_name="plain client → upstream")
+        results.add("drain", f"{label}: CPU per item, all processes", sum(cpu.values()), "ms",
+                    target=("<=", 4.0), baseline=client_ms, baseline_name="plain client's CPU")
+        for group, ms in cpu.items():
+            results.add("drain", f"{label}: CPU per item, {group}", ms, "ms")
+
+
+def slow_drain(env: BenchEnv, sizes: Sizes, repeat: int, results: Results, extra: tuple[str, ...] = ()) -> None:
+    """Drain with a slow upstream and high worker concurrency: wall time against items x latency ÷ concurrency."""
+    threads = sizes.slow_concurrency // 2
+    env.start_workers(2, threads, extra)
+    body, _ = batch_body(sizes.slow_items)
+    latency = sizes.slow_latency_ms / 1000
+    ideal = sizes.slow_items * latency / sizes.slow_concurrency
+    for _ in range(repeat):
+        batch_id, _ = env.post_batch("slow", body)
+        accepted = time.time()
+        env.wait_final(batch_id, sizes.slow_items)
+        elapsed = env.last_finished(batch_id) - accepted
+        completed = _count_state(env, batch_id, "completed")
+        env.forget_batch(batch_id)
+        if completed != sizes.slow_items:
+            results.notes.append(f"slow drain: only {completed} of {sizes.slow_items} items completed")
+        label = f"{sizes.slow_items:,} items, {sizes.slow_latency_ms} ms upstream, 2x{threads} {' '.join(extra)}"
+        results.add("slow drain", f"{label.strip()}: wall time ÷ ideal", elapsed / ideal, "x", target=("<=", 1.15),
+                    baseline=1.0, baseline_name=f"ideal {ideal:.1f} s")
+        results.add("slow drain", f"{label.strip()}: wall time", elapsed, "s")
+
+
+def rate_limited(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """A policy of RATE_LIMIT requests per window: items completed in the first (aligned) window vs the limit.
+
+    Windows are fixed and epoch-aligned, so each run starts just after a window boundary: the first window is
+    then a whole window, and completions are counted per window by the claim time of their usage event."""
+    processes, threads = sizes.drain_workers
+    env.start_workers(processes, threads)
+    body, _ = batch_body(sizes.limited_items)
+    window = sizes.rate_window_s
+    for _ in range(repeat):
+        time.sleep(window - time.time() % window + 0.2)
+        batch_id, _ = env.post_batch("limited", body)
+        env.wait_final(batch_id, sizes.limited_items)
+        per_window = env.conn.execute(
+            "SELECT floor(extract(epoch FROM started_at) / %s) AS w, count(*) FILTER (WHERE status = 200)"
+            " FROM usage_events WHERE batch_id = %s GROUP BY w ORDER BY w", (window, batch_id)).fetchall()
+        admitted = env.conn.execute("SELECT coalesce(max(requests), 0) FROM rate_limit_windows").fetchone()
+        env.forget_batch(batch_id)
+        first = int(per_window[0][1]) if per_window else 0
+        most = max(int(r[1]) for r in per_window) if per_window else 0
+        label = f"{sizes.rate_limit:,}/{window}s, {sizes.limited_items:,} items"
+        results.add("rate-limited", f"{label}: completed in the first window ÷ limit", first / sizes.rate_limit,
+                    "x", target=(">=", 0.98))
+        results.add("rate-limited", f"{label}: most completed in any window ÷ limit", most / sizes.rate_limit,
+                    "x", target=("<=", 1.0))
+        results.add("rate-limited", f"{label}: most admitted in any window ÷ limit",
+                    int(admitted[0] if admitted else 0) / sizes.rate_limit, "x", target=("<=", 1.0))
+
+
+def cancel(env: BenchEnv, sizes: Sizes, repeat: int, results: Results, extra: tuple[str, ...] = ()) -> None:
+    """CANCEL_ITEMS items in flight on two worker processes (upstream never answers in time): time from the
+    cancel's 200 until none of them is running."""
+    env.start_workers(2, math.ceil(sizes.cancel_items / 2), extra)
+    body, _ = batch_body(sizes.cancel_items)
+    for _ in range(repeat):
+        batch_id, _ = env.post_batch("hang", body)
+        _wait_running(env, batch_id, sizes.cancel_items)
+        res = env.http.post(f"{env.api_url}/v1/batches/{batch_id}/cancel", timeout=60,
+                            headers={"Authorization": f"Bearer {env.keys['hang']}"})
+        answered = time.perf_counter()
+        if res.status_code != 200:
+            raise RuntimeError(f"cancel answered {res.status_code}: {res.text[:300]}")
+        while _count_state(env, batch_id, "running"):
+            if time.perf_counter() - answered > 60:
+                raise RuntimeError("cancelled items still running after 60 s")
+            time.sleep(0.005)
+        took = time.perf_counter() - answered
+        cancelled = _count_state(env, batch_id, "cancelled")
+        env.forget_batch(batch_id)
+        if cancelled != sizes.cancel_items:
+            results.notes.append(f"cancel: {cancelled} of {sizes.cancel_items} items ended cancelled")
+        results.add("cancel", f"{sizes.cancel_items} items in flight on 2 processes: cancel's 200 → none running",
+                    took, "s", target=("<=", 1.0))
+
+
+def _wait_running(env: BenchEnv, batch_id: str, count: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _count_state(env, batch_id, "running") < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {_count_state(env, batch_id, 'running')} of {count} items running")
+        time.sleep(0.05)
+
+
+def _count_state(env: BenchEnv, batch_id: str, state: str) -> int:
+    row = env.conn.execute("SELECT count(*) FROM batch_items WHERE batch_id = %s AND state = %s",
+                           (batch_id, state)).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,240 @@
+"""The benchmark environment: its own database and vhost, a fake upstream process, a catalog, relay keys, and
+real `relay api` / `relay worker` processes started and stopped by the scenarios."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import requests
+
+from bench import sysstat
+from bench.sizes import Sizes
+from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from tests.processes import RelayProcess, free_port, start_api, start_relay
+from tests.services import TestServices, ensure_services, fresh_services
+
+MODEL = "gpt-4o-mini"
+FINAL = ("completed", "discarded", "cancelled")
+# Host keys by behaviour (latencies are set on the fake upstream per key).
+KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang"}
+
+
+def item_body(i: int, size: int = 1024) -> dict[str, Any]:
+    """One openai chat request of about SIZE bytes as JSON; the fake upstream echoes 64 characters back."""
+    text = f"item {i}: " + "lorem ipsum dolor sit amet " * 40
+    room = size - len(json.dumps({"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": ""}]}))
+    return {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": text[:max(1, room)]}]}
+
+
+def batch_body(count: int) -> tuple[bytes, list[bytes]]:
+    """A POST /v1/batches body of COUNT ~1 KB openai items, and each item's bytes."""
+    items = [json.dumps(item_body(i)).encode() for i in range(count)]
+    return b'{"shape":"openai","metadata":{"bench":true},"requests":[' + b",".join(items) + b"]}", items
+
+
+@dataclass
+class BenchEnv:
+    """Everything a scenario needs; `close()` stops the processes and drops the scratch database."""
+
+    name: str
+    services: TestServices
+    env: dict[str, str]
+    work: Path
+    upstream: FakeUpstream
+    conn: psycopg.Connection[Any]
+    keys: dict[str, str] = field(default_factory=dict)  # policy name -> relay key
+    api: RelayProcess | None = None
+    workers: RelayProcess | None = None
+    http: requests.Session = field(default_factory=requests.Session)
+
+    @classmethod
+    def create(cls, sizes: Sizes, name: str = "relay_bench") -> BenchEnv:
+        """Fresh database + vhost NAME, fake upstream, payload dir, catalog and one relay key per policy."""
+        ensure_services()
+        services = fresh_services(name)
+        work = Path(tempfile.mkdtemp(prefix="relay-bench-"))
+        upstream = start_fake_upstream(process=True)
+        upstream.settings(request_log_size=10)  # keep the fake upstream light
+        upstream.control(KEYS["slow"], latency_ms=sizes.slow_latency_ms)
+        upstream.control(KEYS["hang"], latency_ms=120_000)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RELAY_DATABASE_URL": services.database_url,
+               "RELAY_BROKER_URL": services.broker_url, "RELAY_ADMIN_TOKEN": "bench-admin-" + secrets.token_hex(12),
+               "RELAY_SECRET_KEY": "bench-secret-" + secrets.token_hex(12),
+               "RELAY_BATCH_PAYLOAD_DIR": str(work / "payloads"), "RELAY_WORKER_METRICS_PORT": str(free_port()),
+               "PROMETHEUS_MULTIPROC_DIR": str(work / "metrics")}
+        env.pop("RELAY_WORKER_ID", None)
+        conn = psycopg.connect(services.database_url, autocommit=True)
+        bench = cls(name=name, services=services, env=env, work=work, upstream=upstream, conn=conn)
+        bench.start_api()
+        bench._apply_catalog(catalog(upstream.url, sizes.rate_limit, sizes.rate_window_s))
+        return bench
+
+    def close(self) -> None:
+        for proc in (self.workers, self.api):
+            if proc is not None:
+                proc.stop()
+        self.upstream.stop()
+        self.conn.close()
+        self.http.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+        with psycopg.connect(self.services.database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        requests.delete(f"{self.services.mq_api}/vhosts/{self.name}", auth=("guest", "guest"), timeout=30)
+
+    # processes -------------------------------------------------------------------------------------------------
+
+    def start_api(self, workers: int = 2, threads: int = 32) -> RelayProcess:
+        if self.api is not None:
+            self.api.stop()
+        self.api = start_api(self.env, self.work, workers=workers, threads=threads)
+        return self.api
+
+    @property
+    def api_url(self) -> str:
+        assert self.api is not None
+        return self.api.url
+
+    def api_workers(self) -> list[int]:
+        """The gunicorn worker pids (the children of the master)."""
+        assert self.api is not None
+        return [p for p in sysstat.descendants(self.api.proc.pid) if p != self.api.proc.pid]
+
+    def start_workers(self, processes: int = 2, threads: int = 16, extra: tuple[str, ...] = (),
+                      **overrides: Any) -> RelayProcess:
+        """`relay worker -p PROCESSES -t THREADS`; returns once every process heartbeats."""
+        self.stop_workers()
+        env = {**self.env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
+        before = self.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        self.workers = start_relay(["worker", "-p", str(processes), "-t", str(threads), *extra], env,
+                                   self.work / f"worker-{time.monotonic_ns()}.log")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.workers.proc.poll() is not None:
+                raise RuntimeError(f"relay worker exited early:\n{self.workers.log()[-3000:]}")
+            row = self.conn.execute("SELECT count(*) FROM workers WHERE started_at >= %s", (before,)).fetchone()
+            if row and row[0] >= processes:
+                return self.workers
+            time.sleep(0.1)
+        raise RuntimeError(f"relay worker did not start:\n{self.workers.log()[-3000:]}")
+
+    def stop_workers(self) -> None:
+        if self.workers is not None:
+            self.workers.stop()
+            self.workers = None
+            self.conn.execute("DELETE FROM workers")
+
+    def relay_pids(self) -> list[int]:
+        pids = []
+        for proc in (self.api, self.workers):
+            if proc is not None:
+                pids += sysstat.descendants(proc.proc.pid)
+        return pids
+
+    def cpu_sample(self) -> dict[str, dict[int, float]]:
+        """CPU seconds per pid of Relay's processes, Postgres (this database + background) and RabbitMQ."""
+        return {"relay": sysstat.cpu_seconds(self.relay_pids()),
+                "postgres": sysstat.cpu_seconds(sysstat.postgres_pids(self.conn, self.name)),
+                "rabbitmq": sysstat.cpu_seconds(sysstat.rabbitmq_pids())}
+
+    # batches ---------------------------------------------------------------------------------------------------
+
+    def post_batch(self, policy: str, body: bytes) -> tuple[str, float]:
+        """POST a batch body; (batch id, seconds until the 202)."""
+        assert self.api is not None
+        started = time.perf_counter()
+        res = self.http.post(self.api.url + "/v1/batches", data=body, timeout=600,
+                             headers={"Authorization": f"Bearer {self.keys[policy]}",
+                                      "content-type": "application/json"})
+        took = time.perf_counter() - started
+        if res.status_code != 202:
+            raise RuntimeError(f"submit answered {res.status_code}: {res.text[:500]}")
+        return str(res.json()["id"]), took
+
+    def final_count(self, batch_id: str) -> int:
+        row = self.conn.execute("SELECT count(*) FROM batch_items WHERE batch_id = %s AND state = ANY(%s)",
+                                (batch_id, list(FINAL))).fetchone()
+        return int(row[0]) if row else 0
+
+    def wait_final(self, batch_id: str, total: int, timeout: float = 900.0) -> None:
+        """Poll until every item of the batch is final."""
+        deadline = time.monotonic() + timeout
+        while self.final_count(batch_id) < total:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"batch {batch_id} not drained after {timeout:.0f}s")
+            if self.workers is not None and self.workers.proc.poll() is not None:
+                raise RuntimeError(f"relay worker died:\n{self.workers.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def last_finished(self, batch_id: str) -> float:
+        """Epoch seconds of the batch's last item to become final."""
+        row = self.conn.execute("SELECT extract(epoch FROM max(finished_at)) FROM batch_items WHERE batch_id = %s",
+                                (batch_id,)).fetchone()
+        return float(row[0]) if row and row[0] is not None else time.time()
+
+    def forget_batch(self, batch_id: str) -> None:
+        """Delete a measured batch (rows, usage events, files) so the next run starts from the same state."""
+        self.conn.execute("DELETE FROM usage_events WHERE batch_id = %s", (batch_id,))
+        self.conn.execute("DELETE FROM batches WHERE id = %s", (batch_id,))
+        shutil.rmtree(self.work / "payloads" / batch_id, ignore_errors=True)
+
+    # setup -----------------------------------------------------------------------------------------------------
+
+    def _apply_catalog(self, doc: dict[str, Any]) -> None:
+        assert self.api is not None
+        auth = {"Authorization": f"Bearer {self.env['RELAY_ADMIN_TOKEN']}"}
+        res = self.http.put(self.api.url + "/admin/catalog", json=doc,
+                            headers=auth, timeout=60)
+        res.raise_for_status()
+        for policy in ("fast", "slow", "hang", "limited"):
+            res = self.http.post(self.api.url + "/admin/relay-keys", headers=auth, timeout=60, json={
+                "principal_kind": "service_account", "principal": "bench", "policy": policy})
+            res.raise_for_status()
+            self.keys[policy] = res.json()["key"]
+        self._wait_catalog()
+
+    def _wait_catalog(self) -> None:
+        """Every API worker sees the new keys (the catalog cache refreshes within a second)."""
+        assert self.api is not None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ok = all(self.http.get(self.api.url + "/v1/models", timeout=10,
+                                   headers={"Authorization": f"Bearer {k}"}).status_code == 200
+                     for k in self.keys.values() for _ in range(4))
+            if ok:
+                return
+            time.sleep(0.2)
+
+
+def catalog(upstream_url: str, rate_limit: int, window_s: int) -> dict[str, Any]:
+    """One openai host on the fake upstream, a key per behaviour, one policy per scenario."""
+    breaker = {"failures": 1000, "cooldown": "1s"}
+    return {
+        "hosts": [{"name": "openai", "base_url": upstream_url,
+                   "keys": [{"name": name, "value": value} for name, value in KEYS.items()]}],
+        "models": [{"name": MODEL, "bindings": [{"host": "openai", "adapter": "openai", "upstream_model": MODEL,
+                                                 "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}}]}],
+        "policies": [
+            {"name": "fast", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker},
+            {"name": "slow", "models": ["*"], "key_pool": ["slow"], "circuit_breaker": breaker},
+            {"name": "hang", "models": ["*"], "key_pool": ["hang"], "circuit_breaker": breaker},
+            {"name": "limited", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker,
+             "rate_limits": [{"requests": rate_limit, "per": f"{window_s}s"}]},
+        ],
+        "teams": [{"name": "bench"}],
+        "projects": [{"name": "bench", "team": "bench"}],
+        "service_accounts": [{"name": "bench", "policy": "fast", "project": "bench", "team": "bench"}],
+    }
+
+
+def database_name(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")

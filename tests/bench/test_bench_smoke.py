@@ -1,0 +1,23 @@
+"""The benchmark code paths run end to end at tiny sizes and produce numbers (no timing is asserted)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from bench.__main__ import SCENARIOS, run
+from bench.sizes import TINY
+from tests.services import TestServices
+
+
+def test_every_bench_scenario_produces_numbers(services: TestServices, tmp_path: Path) -> None:
+    database = os.environ.get("RELAY_TEST_DB", "relay_test") + "_bench"
+    results = run(TINY, list(SCENARIOS), repeat=1, json_path=tmp_path / "latest.json",
+                  database=database, log=lambda _: None)
+    scenarios = {fig.scenario for fig in results.figures.values()}
+    assert scenarios == {"accept", "reads", "live", "drain", "rate-limited", "slow drain", "cancel"}
+    for fig in results.figures.values():
+        assert fig.values and all(math.isfinite(v) for v in fig.values), fig.name
+    assert "| scenario |" in results.table()
+    assert (tmp_path / "latest.json").exists()
