@@ -34,7 +34,7 @@ mq_env() {
     RABBITMQ_MNESIA_BASE="$S/rabbitmq/mnesia" RABBITMQ_LOG_BASE="$S/rabbitmq/log" \
     RABBITMQ_PID_FILE="$S/rabbitmq/rabbit.pid" RABBITMQ_ENABLED_PLUGINS_FILE="$S/rabbitmq/enabled_plugins" \
     RABBITMQ_CONFIG_FILE="$S/rabbitmq/rabbitmq" RABBITMQ_CONF_ENV_FILE="$S/rabbitmq/rabbitmq-env.conf" \
-    RABBITMQ_ADVANCED_CONFIG_FILE="$S/rabbitmq/advanced.config" \
+    RABBITMQ_ADVANCED_CONFIG_FILE="$S/rabbitmq/advanced.config" ERL_CRASH_DUMP="$S/rabbitmq/erl_crash.dump" \
     RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
 }
 
