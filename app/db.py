@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import select
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import psycopg
+from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -18,7 +24,7 @@ def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: 
         kwargs={"row_factory": dict_row, "autocommit": False},
         name=name,
         open=False,
-        check=ConnectionPool.check_connection,
+        check=check_idle_connection,
     )
     try:
         pool.open(wait=True, timeout=10)
@@ -27,6 +33,41 @@ def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: 
         message = f"cannot connect to Postgres: {_reason(database_url)}"
         raise ServiceUnavailable("database_unavailable", message) from exc
     return pool
+
+
+def check_idle_connection(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check at checkout: raise if the server dropped this idle connection (a restart, a terminated
+    backend), so the pool replaces it before anyone uses it.
+
+    An idle connection has nothing to read, and a server that drops it first sends a FATAL message or closes the
+    socket: a zero-timeout poll sees that without a round trip. Anything readable gets the real round-trip check.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    if _readable(conn.pgconn.socket):
+        ConnectionPool.check_connection(conn)
+
+
+@contextmanager
+def autocommit(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection on which each statement commits by itself: single-statement work skips the BEGIN and
+    COMMIT round trips (several statements that belong together still go in `conn.transaction()`)."""
+    with pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                conn.autocommit = False
+
+
+def _readable(fd: int) -> bool:
+    """Whether FD has input (or an error or hang-up) right now."""
+    if hasattr(select, "poll"):  # gevent's monkey patching removes it; select() then cooperates
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def check_database(database_url: str) -> None:
