@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from uuid import UUID
@@ -76,7 +76,7 @@ _INSERT = (
 
 def record_usage(conn: Connection, event: UsageEvent) -> bool:
     """Insert EVENT; for batch items a second event for the same item is ignored. True if inserted."""
-    cur = conn.execute(_INSERT, asdict(event))  # type: ignore[arg-type]
+    cur = conn.execute(_INSERT, {name: getattr(event, name) for name in _COLUMNS})  # flat: no deep copies
     return cur.rowcount == 1
 
 
