@@ -46,6 +46,9 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._run, name="relay-dispatcher", daemon=True)
         self._passes = 0
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
+        # Refill in steps, not per item: a pass costs a few queries whatever it publishes.
+        self._refill = max(1, min(CHUNK, self.window // 10))
+        self._finished = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -54,9 +57,12 @@ class Dispatcher:
         self._wake.set()
 
     def item_finished(self) -> None:
-        """A local item became final: wake only if the window was what held publishing back."""
+        """A local item became final: wake only if the window held publishing back and has room for a step."""
         if self._window_full:
-            self._wake.set()
+            self._finished += 1
+            if self._finished >= self._refill:
+                self._finished = 0
+                self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
