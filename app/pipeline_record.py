@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
 
 from adapters.base import Usage
 from app import keypool, ratelimit
@@ -51,38 +54,55 @@ class Recorder:
         """Record a whole (non-streamed) upstream answer and build the result."""
         usage = _usage_of(plan, body) if status < 300 else Usage()
         error_code = None if status < 300 else "upstream_error"
-        self.record(status=status, error_code=error_code, usage=usage, upstream_status=status,
-                    payload=(self.call.body, body))
+        pending = self.record(status=status, error_code=error_code, usage=usage, upstream_status=status,
+                              payload=(self.call.body, body), later=self.call.record_later)
         if plan.canonical and status < 300:
             from adapters.canonical import from_shape
 
             body = json.dumps(from_shape(plan.adapter.shape, json.loads(body))).encode()
         return InferenceResult(status=status, body=body, content_type=content_type.split(";")[0],
                                error_code=error_code, usage=usage,
-                               headers=self.reservation.headers() if self.reservation else {})
+                               headers=self.reservation.headers() if self.reservation else {}, record=pending)
 
     def record(self, *, status: int, error_code: str | None, usage: Usage, upstream_status: int | None = None,
-               streamed: bool = False, payload: tuple[Any, bytes] | None = None) -> None:
-        """Write the usage event, token counts, breaker changes and payload log in one transaction."""
+               streamed: bool = False, payload: tuple[Any, bytes] | None = None,
+               later: bool = False) -> Callable[[Connection], None] | None:
+        """Write the usage event, token counts, breaker changes and payload log in one transaction; with LATER,
+        return that write for the caller's own transaction instead."""
         self.recorded = True
-        event = self._event(status, error_code, usage, upstream_status, streamed)
-        policy = self.route.policy if self.route else None
+        writes = self._writes(self._event(status, error_code, usage, upstream_status, streamed), usage, payload)
         try:
-            with self.runtime.pool.connection() as conn, conn.transaction():
-                record_usage(conn, event)
-                if self.reservation is not None:
-                    ratelimit.add_tokens(conn, self.reservation, usage.total)
-                if policy is not None:
-                    for key in self.failed:
-                        keypool.record_failure(conn, policy, key)
-                    if self.used is not None:
-                        keypool.record_success(conn, self.used,
-                                               track_use=policy.key_selection == "least_recently_used")
-                    if payload is not None and policy.payload_logging and self.call.source == "live":
-                        write_payload_log(conn, self._payload(payload))
+            if later:
+                return writes
+            with self.runtime.pool.connection() as conn, conn.pipeline(), conn.transaction():
+                writes(conn)  # pipelined: BEGIN, the writes and COMMIT in one round trip
+            return None
         finally:
             if self.call.interrupter is not None and not streamed:
                 self.call.interrupter.release()
+
+    def _writes(self, event: UsageEvent, usage: Usage,
+                payload: tuple[Any, bytes] | None) -> Callable[[Connection], None]:
+        """The statements that record this call, as one function of a connection in a transaction."""
+        policy = self.route.policy if self.route else None
+        reservation, failed, used = self.reservation, list(self.failed), self.used
+        log_payload = payload is not None and policy is not None and policy.payload_logging \
+            and self.call.source == "live"
+        payload_log = self._payload(payload) if log_payload and payload is not None else None
+
+        def write(conn: Connection) -> None:
+            record_usage(conn, event)
+            if reservation is not None:
+                ratelimit.add_tokens(conn, reservation, usage.total)
+            if policy is not None:
+                for key in failed:
+                    keypool.record_failure(conn, policy, key)
+                if used is not None:
+                    keypool.record_success(conn, used, track_use=policy.key_selection == "least_recently_used")
+            if payload_log is not None:
+                write_payload_log(conn, payload_log)
+
+        return write
 
     def _event(self, status: int, error_code: str | None, usage: Usage, upstream_status: int | None,
                streamed: bool) -> UsageEvent:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
+
+from psycopg import Connection
 
 from adapters.base import Usage
 from app.auth_model import Caller
@@ -26,6 +28,7 @@ class InferenceCall:
     deadline: float | None = None  # time.monotonic() by which the call must end
     interrupter: Interrupter | None = None  # lets another thread stop the upstream call
     started_at: float = 0.0  # time.time() when the call began (set by the pipeline if 0)
+    record_later: bool = False  # a whole answer's usage writes come back in InferenceResult.record (batch items)
 
 
 @dataclass
@@ -37,3 +40,6 @@ class InferenceResult:
     headers: dict[str, str] = field(default_factory=dict)
     error_code: str | None = None  # set when status is not 2xx
     usage: Usage = field(default_factory=Usage)
+    # With call.record_later: the usage event, token counts and breaker updates, for the caller to run in the
+    # transaction that records the call's outcome (a batch item's final state), in one commit.
+    record: Callable[[Connection], None] | None = None

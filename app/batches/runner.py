@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +18,7 @@ from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
 from app.batches import store
 from app.batches.registry import ItemRegistry
+from app.db import autocommit
 from app.errors import RelayError
 from app.interrupt import Interrupted, Interrupter
 from app.metrics import observe_item
@@ -51,6 +52,8 @@ class Outcome:
     error_code: str | None = None
     status: int = 200
     recorded: bool = False  # the pipeline already wrote this item's usage event
+    record: Callable[[psycopg.Connection[Any]], None] | None = field(default=None, compare=False)
+    # the pipeline's usage writes for this item, committed together with its final state
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
     if not ctx.registry.add(key, interrupter):
         return "duplicate"  # the same item is running on this worker
     try:
-        with ctx.runtime.pool.connection() as conn:
+        with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
             row = store.claim_item(conn, batch_id, idx, ctx.worker_id)
         if row is None:
             return settle_unclaimed(ctx, batch_id, idx)
@@ -112,7 +115,7 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
     call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
                          source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
                          batch_id=item.batch_id, batch_idx=item.idx, deadline=deadline, interrupter=interrupter,
-                         started_at=item.started)
+                         started_at=item.started, record_later=True)
     try:
         result = run_inference(runtime, call)
     except Interrupted as exc:
@@ -121,11 +124,11 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
         return _stopped(interrupter) or Outcome("discarded", exc.message, exc.code, exc.status, recorded=True)
     stopped = _stopped(interrupter)
     if stopped is not None:
-        return stopped
+        return replace(stopped, record=result.record)
     if not 200 <= result.status < 300:
         return Outcome("discarded", f"upstream returned status {result.status}", "upstream_error", result.status,
-                       recorded=True)
-    return _store_response(ctx, item, result.body or b"")
+                       recorded=True, record=result.record)
+    return replace(_store_response(ctx, item, result.body or b""), record=result.record)
 
 
 def _precheck(runtime: Runtime, item: ClaimedItem) -> Outcome | None:
@@ -185,6 +188,17 @@ def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
 
 
 def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
+    if outcome.record is not None:  # final state + the pipeline's usage writes: one pipelined transaction
+        with ctx.runtime.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
+                                error_code=outcome.error_code, worker_id=ctx.worker_id)
+            outcome.record(conn)
+        return
+    if outcome.recorded:
+        with autocommit(ctx.runtime.pool) as conn:
+            store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
+                                error_code=outcome.error_code, worker_id=ctx.worker_id)
+        return
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         done = store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
                                    error_code=outcome.error_code, worker_id=ctx.worker_id)
