@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import requests
-
 from app import keypool, upstream
+from app.db import autocommit
 from app.errors import RelayError, UpstreamFailed
 from app.interrupt import Interrupted
 from app.metrics import observe_upstream
@@ -39,7 +38,7 @@ def is_retryable(status: int) -> bool:
 def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, recorder: Recorder) -> InferenceResult:
     """Send the planned request with each candidate key until one answers with a non-retryable status."""
     policy = plan.route.policy
-    with runtime.pool.connection() as conn:
+    with autocommit(runtime.pool) as conn:  # one read: no BEGIN/COMMIT round trips
         candidates = keypool.order_candidates(conn, policy, plan.route.binding.host.id)
     if not candidates:
         raise NoKeyAvailable("no_key_available", f"policy {policy.name!r} has no usable key for host "
@@ -61,11 +60,11 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
 
 
 def _claim_probe(runtime: Runtime, plan: Plan, candidate: keypool.Candidate) -> bool:
-    with runtime.pool.connection() as conn:
+    with autocommit(runtime.pool) as conn:
         return keypool.claim_probe(conn, plan.route.policy, candidate.key)
 
 
-def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> requests.Response | None:
+def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> upstream.UpstreamResponse | None:
     """One upstream attempt; None on connection errors and timeouts, Interrupted when stopped on purpose."""
     settings = runtime.settings
     url = plan.route.binding.host.base_url.rstrip("/") + plan.path
@@ -82,7 +81,7 @@ def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> req
         with upstream.interruptible(call.interrupter):
             response = upstream.post(url, headers=headers, body=plan.body, stream=True,
                                      timeout=(settings.upstream_connect_timeout_s, read_timeout))
-    except requests.RequestException:
+    except upstream.UpstreamIOError:
         observe_upstream(host, "error", time.monotonic() - started)
         _raise_if_stopped(call)
         return None
@@ -97,7 +96,8 @@ def _raise_if_stopped(call: InferenceCall) -> None:
         raise Interrupted("time_limit")
 
 
-def _answer(call: InferenceCall, plan: Plan, recorder: Recorder, response: requests.Response) -> InferenceResult:
+def _answer(call: InferenceCall, plan: Plan, recorder: Recorder,
+            response: upstream.UpstreamResponse) -> InferenceResult:
     """Turn the upstream answer into the result: whole body, or a pass-through stream."""
     content_type = response.headers.get("content-type", "application/json")
     if plan.stream and response.status_code < 300 and content_type.startswith("text/event-stream"):
@@ -105,7 +105,7 @@ def _answer(call: InferenceCall, plan: Plan, recorder: Recorder, response: reque
     try:
         with upstream.interruptible(call.interrupter):
             body = response.content
-    except requests.RequestException:
+    except upstream.UpstreamIOError:
         _raise_if_stopped(call)
         raise AllKeysFailed("upstream_read_failed", "the upstream connection broke while reading the answer") from None
     finally:

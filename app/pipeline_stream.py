@@ -5,30 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import requests
-
 from app.pipeline_types import InferenceCall, InferenceResult
+from app.upstream import UpstreamIOError, UpstreamResponse
 
 if TYPE_CHECKING:
     from app.pipeline import Plan
     from app.pipeline_record import Recorder
 
 
-def stream_result(call: InferenceCall, plan: Plan, recorder: Recorder, response: requests.Response) -> InferenceResult:
+def stream_result(call: InferenceCall, plan: Plan, recorder: Recorder, response: UpstreamResponse) -> InferenceResult:
     """A result whose stream yields the upstream's SSE bytes and records usage when it ends."""
     return InferenceResult(status=response.status_code, stream=_relay(call, plan, recorder, response),
                            content_type="text/event-stream",
                            headers=recorder.reservation.headers() if recorder.reservation else {})
 
 
-def _relay(call: InferenceCall, plan: Plan, recorder: Recorder, response: requests.Response) -> Iterator[bytes]:
+def _relay(call: InferenceCall, plan: Plan, recorder: Recorder, response: UpstreamResponse) -> Iterator[bytes]:
     reader = plan.adapter.stream_usage_reader()
     translate = _canonical_translator(plan) if plan.canonical else None
     captured = bytearray()
     cap = recorder.runtime.settings.payload_log_max_bytes
     error_code: str | None = None
     try:
-        for chunk in response.iter_content(chunk_size=None):
+        for chunk in response.iter_content():
             if not chunk:
                 continue
             reader.feed(chunk)
@@ -41,7 +40,7 @@ def _relay(call: InferenceCall, plan: Plan, recorder: Recorder, response: reques
             tail = translate(b"")
             if tail:
                 yield tail
-    except requests.RequestException:
+    except UpstreamIOError:
         error_code = "upstream_stream_broken"
     except GeneratorExit:
         error_code = "client_disconnected"
