@@ -26,6 +26,7 @@ from tests.services import TestServices, ensure_services, fresh_services
 MODEL = "gpt-4o-mini"
 FINAL = ("completed", "discarded", "cancelled")
 # Host keys by behaviour (latencies are set on the fake upstream per key).
+SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve().parent.parent / ".services"))
 KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang"}
 
 
@@ -144,7 +145,7 @@ class BenchEnv:
         """CPU seconds per pid of Relay's processes, Postgres (this database + background) and RabbitMQ."""
         return {"relay": sysstat.cpu_seconds(self.relay_pids()),
                 "postgres": sysstat.cpu_seconds(sysstat.postgres_pids(self.conn, self.name)),
-                "rabbitmq": sysstat.cpu_seconds(sysstat.rabbitmq_pids())}
+                "rabbitmq": sysstat.cpu_seconds(sysstat.rabbitmq_pids(SERVICES_DIR))}
 
     # batches ---------------------------------------------------------------------------------------------------
 

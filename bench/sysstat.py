@@ -71,17 +71,21 @@ def postgres_pids(conn: psycopg.Connection, database: str) -> list[int]:
     return [int(r[0] if isinstance(r, tuple) else r["pid"]) for r in rows]
 
 
-def rabbitmq_pids() -> list[int]:
-    """The Erlang VM running RabbitMQ (beam.smp)."""
-    pids = []
+def rabbitmq_pids(services_dir: Path) -> list[int]:
+    """The Erlang VM running the local RabbitMQ of SERVICES_DIR (every beam.smp when none matches)."""
+    mine, every = [], []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == "beam.smp":
-                    pids.append(int(entry.name))
-            except OSError:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "beam.smp":
                 continue
-    return pids
+            every.append(int(entry.name))
+            if str(services_dir / "rabbitmq") in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                mine.append(int(entry.name))
+        except OSError:
+            continue
+    return mine or every
 
 
 def _stat_fields(pid: int) -> list[str] | None:
