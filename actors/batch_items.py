@@ -16,7 +16,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from actors.broker import get_broker
 from app.batches.dispatch import Dispatcher
-from app.batches.monitor import Listener, Periodic, heartbeat_and_reap, watchdog
+from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
 from app.batches.runner import WorkerContext, finalize_by_key, run_item, time_limit_outcome
 from app.batches.service import payload_store
 from app.logging_setup import log_context
@@ -71,7 +71,8 @@ class BatchWorkerBoot(Middleware):
         ctx = _state["ctx"] = _build_context(threads=worker.worker_threads)
         dispatcher = Dispatcher(ctx.runtime, encode_message, _ensure_queue)
         ctx.on_finalized = dispatcher.item_finished
-        heartbeat = Periodic("relay-heartbeat", _settings.worker_heartbeat_s, heartbeat_and_reap(ctx))
+        beats = Heartbeat(ctx)
+        heartbeat = Periodic("relay-heartbeat", _settings.worker_heartbeat_s, beats, on_stop=beats.close)
         heartbeat.tick()  # registered before the first item is claimed
         threads: dict[str, Dispatcher | Listener | Periodic] = {
             "dispatcher": dispatcher, "listener": Listener(ctx, on_submit=dispatcher.wake), "heartbeat": heartbeat,

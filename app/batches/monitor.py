@@ -26,9 +26,11 @@ CANCEL_POLL_S = 2.0  # how often running items are checked against cancelled bat
 class Periodic:
     """A daemon thread calling `tick()` every `interval` seconds until stopped; errors are logged, not fatal."""
 
-    def __init__(self, name: str, interval: float, tick: Callable[[], None]) -> None:
+    def __init__(self, name: str, interval: float, tick: Callable[[], None],
+                 on_stop: Callable[[], None] | None = None) -> None:
         self.interval = interval
         self._tick = tick
+        self._on_stop = on_stop
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -41,6 +43,8 @@ class Periodic:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
+        if self._on_stop is not None:
+            self._on_stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -51,27 +55,72 @@ class Periodic:
             self._stop.wait(self.interval)
 
 
-def heartbeat_and_reap(ctx: WorkerContext) -> Callable[[], None]:
-    """The heartbeat tick: say this worker is alive, then (if leader) fail items of lost or stuck workers."""
-    hostname, pid = socket.gethostname(), os.getpid()
+class Heartbeat:
+    """The heartbeat tick: say this worker is alive, then (if leader) fail items of lost or stuck workers.
 
-    def tick() -> None:
-        with ctx.runtime.pool.connection() as conn:
-            store.heartbeat(conn, ctx.worker_id, hostname, pid)
-        reap(ctx)
+    It beats on a connection of its own, reconnecting on every tick after an error, so every live worker beats
+    again within one interval of Postgres coming back (the pool's reconnect backoff would take up to 10 s). And it
+    judges another worker lost only once its own beats have been steady for RELAY_WORKER_LOST_AFTER_S: after a
+    database restart every heartbeat is stale, and the live workers need that long to be seen again.
+    """
 
-    return tick
+    def __init__(self, ctx: WorkerContext, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ctx = ctx
+        self.lost_after_s = ctx.runtime.settings.worker_lost_after_s
+        self._clock = clock
+        self._hostname, self._pid = socket.gethostname(), os.getpid()
+        self._conn: psycopg.Connection | None = None
+        self._last_beat: float | None = None
+        self._steady_since: float | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        self.beat()
+        reap(self.ctx, judge_owners=self.steady())
+
+    def beat(self) -> None:
+        """Record this worker's heartbeat; a beat after a gap of half the lost-after time starts a new steady run."""
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self.ctx.runtime.settings.database_url, autocommit=True,
+                                                 connect_timeout=5)
+                store.heartbeat(self._conn, self.ctx.worker_id, self._hostname, self._pid)
+            except psycopg.Error:
+                self._close()
+                raise
+            now = self._clock()
+            if self._last_beat is None or now - self._last_beat > self.lost_after_s / 2:
+                self._steady_since = now
+            self._last_beat = now
+
+    def steady(self) -> bool:
+        """Whether this worker has beaten without a gap for the lost-after time (it can judge others now)."""
+        return self._steady_since is not None and self._clock() - self._steady_since >= self.lost_after_s
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:  # already broken
+                pass
 
 
-def reap(ctx: WorkerContext) -> int:
-    """Discard running items whose worker stopped heartbeating ("worker lost") or ran far past the limit;
-    record finished_at of batches whose items are all final."""
+def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
+    """Discard running items whose worker stopped heartbeating ("worker lost", only when JUDGE_OWNERS) or ran far
+    past the limit; record finished_at of batches whose items are all final."""
     settings = ctx.runtime.settings
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         if not store.try_leader_lock(conn, REAPER_LOCK):
             return 0
         rows = store.lost_items(conn, lost_after_s=settings.worker_lost_after_s,
-                                time_limit_s=settings.batch_item_time_limit_s + TIME_LIMIT_GRACE_S)
+                                time_limit_s=settings.batch_item_time_limit_s + TIME_LIMIT_GRACE_S,
+                                judge_owners=judge_owners)
         store.forget_stale_workers(conn, older_than_s=max(3600.0, settings.worker_lost_after_s * 10))
     done = 0
     for row in rows:

@@ -207,16 +207,19 @@ def try_leader_lock(conn: Conn, lock_id: int) -> bool:
     return bool(row and row["ok"])
 
 
-def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, limit: int = 500) -> list[Row]:
-    """Running items whose worker stopped heartbeating, or that ran past TIME_LIMIT_S; locked for update."""
+def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, judge_owners: bool = True,
+               limit: int = 500) -> list[Row]:
+    """Running items whose worker stopped heartbeating (only when JUDGE_OWNERS), or that ran past TIME_LIMIT_S;
+    locked for update."""
     return conn.execute(
         "SELECT i.batch_id, i.idx, i.model, i.worker_id,"
-        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)) AS owner_lost"
+        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %(lost)s)) AS owner_lost"
         " FROM batch_items i LEFT JOIN workers w ON w.id = i.worker_id"
-        " WHERE i.state = 'running' AND (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)"
-        " OR i.started_at < now() - make_interval(secs => %s))"
-        " ORDER BY i.started_at LIMIT %s FOR UPDATE OF i SKIP LOCKED",
-        (lost_after_s, lost_after_s, time_limit_s, limit)).fetchall()
+        " WHERE i.state = 'running' AND ((%(owners)s AND (w.last_seen IS NULL"
+        " OR w.last_seen < now() - make_interval(secs => %(lost)s)))"
+        " OR i.started_at < now() - make_interval(secs => %(limit_s)s))"
+        " ORDER BY i.started_at LIMIT %(limit)s FOR UPDATE OF i SKIP LOCKED",
+        {"lost": lost_after_s, "owners": judge_owners, "limit_s": time_limit_s, "limit": limit}).fetchall()
 
 
 def batch_attribution(conn: Conn, batch_id: UUID) -> Row | None:
