@@ -30,6 +30,7 @@ from app.usage import UsageEvent, record_usage
 
 log = logging.getLogger("relay.batches.runner")
 FINALIZE_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to record an item's outcome
+CLAIM_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to claim an item
 
 
 @dataclass
@@ -76,10 +77,9 @@ def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
     if not ctx.registry.add(key, interrupter):
         return "duplicate"  # the same item is running on this worker
     try:
-        with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
-            row = store.claim_item(conn, batch_id, idx, ctx.worker_id)
+        row, retried = _claim(ctx, batch_id, idx)
         if row is None:
-            return settle_unclaimed(ctx, batch_id, idx)
+            return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried)
         item = _claimed(row, idx)
         deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
         ctx.registry.set_deadline(key, deadline)
@@ -94,6 +94,23 @@ def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
         interrupter.release()
     finalize(ctx, item, outcome)
     return outcome.state
+
+
+def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool]:
+    """queued → running for this worker, retried through a database blip (an acked message whose claim failed
+    would leave the item waiting for the lost-message sweep); the claimed row or None, and whether it retried."""
+    retried = False
+    for delay in (*CLAIM_RETRIES_S, None):
+        try:
+            with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
+                return store.claim_item(conn, batch_id, idx, ctx.worker_id), retried
+        except psycopg.OperationalError as exc:
+            if delay is None:
+                raise
+            log.warning("claiming %s:%s failed (%s); retrying in %.1fs", batch_id, idx, exc, delay)
+            retried = True
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def time_limit_outcome() -> Outcome:
@@ -207,8 +224,12 @@ def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> N
                                            outcome, started=item.started))
 
 
-def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
-    """A message whose item could not be claimed: cancel it, discard it as worker lost, or do nothing."""
+def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:
+    """A message whose item could not be claimed: cancel it, discard it as worker lost, or do nothing.
+
+    OWN_CLAIM_UNKNOWN: an earlier attempt of this claim failed, so an item running under this worker's id may be
+    that attempt having committed unseen. It is discarded, never run: whether it ran is not known for sure.
+    """
     with ctx.runtime.pool.connection() as conn:
         row = store.item_status(conn, batch_id, idx, ctx.runtime.settings.worker_lost_after_s)
     if row is None:
@@ -216,6 +237,9 @@ def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
     if row["state"] == "queued" and row["batch_status"] == "cancelled":
         outcome = Outcome("cancelled", "cancelled", "batch_cancelled", 499)
         done = finalize_by_key(ctx.runtime, batch_id, idx, outcome, from_state="queued")
+    elif row["state"] == "running" and row["worker_id"] == ctx.worker_id and own_claim_unknown:
+        outcome = claim_interrupted_outcome()
+        done = finalize_by_key(ctx.runtime, batch_id, idx, outcome, owner=ctx.worker_id)
     elif row["state"] == "running" and row["owner_lost"] and row["worker_id"] != ctx.worker_id:
         outcome = worker_lost_outcome()
         done = finalize_by_key(ctx.runtime, batch_id, idx, outcome, owner=row["worker_id"])
@@ -235,6 +259,11 @@ def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome
             return False
         record_usage(conn, usage_event(caller_from_row(row), row["policy_id"], batch_id, idx, row["model"], outcome))
     return True
+
+
+def claim_interrupted_outcome() -> Outcome:
+    return Outcome("discarded", "claim interrupted: the database connection dropped while the item was claimed",
+                   "claim_interrupted", 503)
 
 
 def worker_lost_outcome() -> Outcome:
