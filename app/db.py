@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import select
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,6 +59,19 @@ def autocommit(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
         finally:
             if conn.info.transaction_status == pq.TransactionStatus.IDLE:
                 conn.autocommit = False
+
+
+Statement = tuple[str, Sequence[Any]]  # one data-modifying SQL statement (%s placeholders) and its parameters
+
+
+def execute_together(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> None:
+    """Run data-modifying STATEMENTS as one statement (all but the last as CTEs): atomic on its own, even in
+    autocommit, and one round trip. They must not touch the same row twice (Postgres refuses that)."""
+    if not statements:
+        return
+    *first, last = statements
+    sql = "".join(f"{'WITH' if i == 0 else ','} w{i} AS ({text}) " for i, (text, _) in enumerate(first)) + last[0]
+    conn.execute(sql, [value for _, params in statements for value in params])
 
 
 def _readable(fd: int) -> bool:

@@ -17,6 +17,7 @@ from uuid import UUID
 from psycopg import Connection
 
 from app.catalog.model import HostKey, Policy
+from app.db import Statement
 
 _rr_lock = threading.Lock()
 _rr_counters: dict[tuple[UUID, UUID], Iterator[int]] = {}
@@ -30,18 +31,18 @@ WHERE host_key_id = %s AND opened_until <= now() RETURNING host_key_id
 """
 _SUCCESS = """
 INSERT INTO key_health AS h (host_key_id, consecutive_failures, opened_until, last_used_at, uses)
-VALUES (%(id)s, 0, NULL, now(), 1)
+VALUES (%s, 0, NULL, now(), 1)
 ON CONFLICT (host_key_id) DO UPDATE SET consecutive_failures = 0, opened_until = NULL,
     last_used_at = now(), uses = h.uses + 1
 """
 _TOUCH = "UPDATE key_health SET last_used_at = now(), uses = uses + 1 WHERE host_key_id = %s"
 _FAILURE = """
 INSERT INTO key_health AS h (host_key_id, consecutive_failures, opened_until, last_used_at, uses)
-VALUES (%(id)s, 1, CASE WHEN %(threshold)s <= 1 THEN now() + make_interval(secs => %(cooldown)s) END, now(), 1)
+VALUES (%s, 1, CASE WHEN %s <= 1 THEN now() + make_interval(secs => %s) END, now(), 1)
 ON CONFLICT (host_key_id) DO UPDATE SET consecutive_failures = h.consecutive_failures + 1,
     last_used_at = now(), uses = h.uses + 1,
-    opened_until = CASE WHEN h.consecutive_failures + 1 >= %(threshold)s
-                        THEN now() + make_interval(secs => %(cooldown)s) ELSE h.opened_until END
+    opened_until = CASE WHEN h.consecutive_failures + 1 >= %s
+                        THEN now() + make_interval(secs => %s) ELSE h.opened_until END
 """
 
 
@@ -92,13 +93,27 @@ def claim_probe(conn: Connection, policy: Policy, key: HostKey) -> bool:
 
 def record_success(conn: Connection, candidate: Candidate, *, track_use: bool) -> None:
     """Close the breaker if it had failures; update last use for least-recently-used selection."""
+    statement = success_statement(candidate, track_use=track_use)
+    if statement is not None:
+        conn.execute(*statement)
+
+
+def success_statement(candidate: Candidate, *, track_use: bool) -> Statement | None:
+    """The write record_success makes, or None when nothing changes (no failures, no use tracking)."""
     if candidate.health.failures or candidate.health.opened_until is not None or track_use:
-        conn.execute(_SUCCESS, {"id": candidate.key.id})
+        return _SUCCESS, [candidate.key.id]
+    return None
 
 
 def record_failure(conn: Connection, policy: Policy, key: HostKey) -> None:
     """Count a failure; open the breaker at the policy's threshold for its cool-down."""
-    conn.execute(_FAILURE, {"id": key.id, "threshold": policy.breaker_failures, "cooldown": policy.breaker_cooldown_s})
+    conn.execute(*failure_statement(policy, key))
+
+
+def failure_statement(policy: Policy, key: HostKey) -> Statement:
+    """The write record_failure makes."""
+    threshold, cooldown = policy.breaker_failures, policy.breaker_cooldown_s
+    return _FAILURE, [key.id, threshold, cooldown, threshold, cooldown]
 
 
 def _load_health(conn: Connection, ids: list[UUID]) -> dict[UUID, KeyHealth]:

@@ -27,11 +27,15 @@ def _text(data: bytes) -> str:
 
 
 def write_payload_log(conn: Connection, entry: PayloadLog) -> None:
-    conn.execute(
-        "INSERT INTO payload_logs (request_id, request_body, request_truncated, response_body, response_truncated)"
-        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (request_id) DO NOTHING",
-        (entry.request_id, entry.request_body, entry.request_truncated, entry.response_body, entry.response_truncated),
-    )
+    conn.execute(*payload_log_statement(entry))
+
+
+def payload_log_statement(entry: PayloadLog) -> tuple[str, list[object]]:
+    """The insert write_payload_log makes."""
+    return ("INSERT INTO payload_logs (request_id, request_body, request_truncated, response_body, response_truncated)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (request_id) DO NOTHING",
+            [entry.request_id, entry.request_body, entry.request_truncated, entry.response_body,
+             entry.response_truncated])
 
 
 def read_payload_log(conn: Connection, request_id: str) -> dict[str, object] | None:

@@ -1,22 +1,20 @@
 """The pipeline's bookkeeping: the usage event, rate-limit tokens, breaker updates and payload logs,
-written in one transaction when the call ends (or is rejected)."""
+written as one atomic statement when the call ends (or is rejected)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from psycopg import Connection
 
 from adapters.base import Usage
 from app import keypool, ratelimit
 from app.catalog.model import HostKey
+from app.db import Statement, autocommit, execute_together
 from app.errors import RelayError
-from app.payload_log import PayloadLog, write_payload_log
+from app.payload_log import PayloadLog, payload_log_statement
 from app.pipeline_types import InferenceCall, InferenceResult
-from app.usage import UsageEvent, cost_nanos, record_usage
+from app.usage import UsageEvent, cost_nanos, usage_statement
 
 if TYPE_CHECKING:
     from app.pipeline import Plan
@@ -66,43 +64,37 @@ class Recorder:
 
     def record(self, *, status: int, error_code: str | None, usage: Usage, upstream_status: int | None = None,
                streamed: bool = False, payload: tuple[Any, bytes] | None = None,
-               later: bool = False) -> Callable[[Connection], None] | None:
-        """Write the usage event, token counts, breaker changes and payload log in one transaction; with LATER,
-        return that write for the caller's own transaction instead."""
+               later: bool = False) -> list[Statement] | None:
+        """Write the usage event, token counts, breaker changes and payload log as one atomic statement; with
+        LATER, return those writes for the caller's own transaction instead."""
         self.recorded = True
-        writes = self._writes(self._event(status, error_code, usage, upstream_status, streamed), usage, payload)
+        statements = self._statements(self._event(status, error_code, usage, upstream_status, streamed), usage,
+                                      payload)
         try:
             if later:
-                return writes
-            with self.runtime.pool.connection() as conn, conn.pipeline(), conn.transaction():
-                writes(conn)  # pipelined: BEGIN, the writes and COMMIT in one round trip
+                return statements
+            with autocommit(self.runtime.pool) as conn:
+                execute_together(conn, statements)
             return None
         finally:
             if self.call.interrupter is not None and not streamed:
                 self.call.interrupter.release()
 
-    def _writes(self, event: UsageEvent, usage: Usage,
-                payload: tuple[Any, bytes] | None) -> Callable[[Connection], None]:
-        """The statements that record this call, as one function of a connection in a transaction."""
+    def _statements(self, event: UsageEvent, usage: Usage, payload: tuple[Any, bytes] | None) -> list[Statement]:
+        """The writes that record this call (each key appears once: it is either the used one or failed once)."""
+        statements = [usage_statement(event)]
+        if self.reservation is not None:
+            statements += ratelimit.token_statements(self.reservation, usage.total)
         policy = self.route.policy if self.route else None
-        reservation, failed, used = self.reservation, list(self.failed), self.used
-        log_payload = payload is not None and policy is not None and policy.payload_logging \
-            and self.call.source == "live"
-        payload_log = self._payload(payload) if log_payload and payload is not None else None
-
-        def write(conn: Connection) -> None:
-            record_usage(conn, event)
-            if reservation is not None:
-                ratelimit.add_tokens(conn, reservation, usage.total)
-            if policy is not None:
-                for key in failed:
-                    keypool.record_failure(conn, policy, key)
-                if used is not None:
-                    keypool.record_success(conn, used, track_use=policy.key_selection == "least_recently_used")
-            if payload_log is not None:
-                write_payload_log(conn, payload_log)
-
-        return write
+        if policy is None:
+            return statements
+        statements += [keypool.failure_statement(policy, key) for key in dict.fromkeys(self.failed)]
+        if self.used is not None:
+            success = keypool.success_statement(self.used, track_use=policy.key_selection == "least_recently_used")
+            statements += [success] if success is not None else []
+        if payload is not None and policy.payload_logging and self.call.source == "live":
+            statements.append(payload_log_statement(self._payload(payload)))
+        return statements
 
     def _event(self, status: int, error_code: str | None, usage: Usage, upstream_status: int | None,
                streamed: bool) -> UsageEvent:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from psycopg import Connection
-
 from adapters.base import Usage
 from app.auth_model import Caller
+from app.db import Statement
 from app.interrupt import Interrupter
 
 
@@ -40,6 +39,6 @@ class InferenceResult:
     headers: dict[str, str] = field(default_factory=dict)
     error_code: str | None = None  # set when status is not 2xx
     usage: Usage = field(default_factory=Usage)
-    # With call.record_later: the usage event, token counts and breaker updates, for the caller to run in the
-    # transaction that records the call's outcome (a batch item's final state), in one commit.
-    record: Callable[[Connection], None] | None = None
+    # With call.record_later: the usage event, token counts and breaker updates, for the caller to commit with
+    # the call's outcome (a batch item's final state) in one statement (app.db.execute_together).
+    record: list[Statement] | None = None

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from psycopg import Connection
 
 from app.catalog.model import RateLimit
+from app.db import Statement
 from app.errors import RateLimited
 
 _RESERVE = """
@@ -72,11 +73,16 @@ def reserve(conn: Connection, limits: tuple[RateLimit, ...], now: float | None =
 
 def add_tokens(conn: Connection, reservation: Reservation, tokens: int) -> None:
     """Count TOKENS (from the upstream's usage) in the windows the request was admitted to."""
+    for statement in token_statements(reservation, tokens):
+        conn.execute(*statement)
+
+
+def token_statements(reservation: Reservation, tokens: int) -> list[Statement]:
+    """The writes add_tokens makes: one per token-limited window (none for zero tokens)."""
     if tokens <= 0:
-        return
-    for state in reservation.windows:
-        if state.limit.tokens is not None:
-            conn.execute(_ADD_TOKENS, (tokens, state.limit.id, state.window_start))
+        return []
+    return [(_ADD_TOKENS, [tokens, state.limit.id, state.window_start])
+            for state in reservation.windows if state.limit.tokens is not None]
 
 
 def _exceeded(limit: RateLimit, start: datetime, now: float) -> RateLimited:

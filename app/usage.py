@@ -13,6 +13,7 @@ from psycopg import Connection
 from adapters.base import Usage
 from app.auth_model import Caller
 from app.catalog.model import Pricing
+from app.db import Statement
 
 _NANOS_PER_DOLLAR_PER_MTOK = Decimal(1000)  # $/1M tokens → nano-dollars per token
 
@@ -69,14 +70,19 @@ class UsageEvent:
 
 _COLUMNS = [f.name for f in fields(UsageEvent)]
 _INSERT = (
-    f"INSERT INTO usage_events ({', '.join(_COLUMNS)}) VALUES ({', '.join('%(' + c + ')s' for c in _COLUMNS)})"
+    f"INSERT INTO usage_events ({', '.join(_COLUMNS)}) VALUES ({', '.join(['%s'] * len(_COLUMNS))})"
     " ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING"
 )
 
 
+def usage_statement(event: UsageEvent) -> Statement:
+    """The insert of EVENT (a second event for the same batch item is ignored)."""
+    return _INSERT, [getattr(event, name) for name in _COLUMNS]
+
+
 def record_usage(conn: Connection, event: UsageEvent) -> bool:
     """Insert EVENT; for batch items a second event for the same item is ignored. True if inserted."""
-    cur = conn.execute(_INSERT, {name: getattr(event, name) for name in _COLUMNS})  # flat: no deep copies
+    cur = conn.execute(*usage_statement(event))
     return cur.rowcount == 1
 
 

@@ -18,7 +18,7 @@ from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
 from app.batches import store
 from app.batches.registry import ItemRegistry
-from app.db import autocommit
+from app.db import Statement, autocommit, execute_together
 from app.errors import RelayError
 from app.interrupt import Interrupted, Interrupter
 from app.metrics import observe_item
@@ -53,7 +53,7 @@ class Outcome:
     error_code: str | None = None
     status: int = 200
     recorded: bool = False  # the pipeline already wrote this item's usage event
-    record: Callable[[psycopg.Connection[Any]], None] | None = field(default=None, compare=False)
+    record: list[Statement] | None = field(default=None, compare=False)
     # the pipeline's usage writes for this item, committed together with its final state
 
 
@@ -205,11 +205,11 @@ def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
 
 
 def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
-    if outcome.record is not None:  # final state + the pipeline's usage writes: one pipelined transaction
-        with ctx.runtime.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
-                                error_code=outcome.error_code, worker_id=ctx.worker_id)
-            outcome.record(conn)
+    if outcome.record is not None:  # the final state and the pipeline's usage writes: one atomic statement
+        final = store.finalize_statement(item.batch_id, item.idx, state=outcome.state, error=outcome.error,
+                                         error_code=outcome.error_code, worker_id=ctx.worker_id)
+        with autocommit(ctx.runtime.pool) as conn:
+            execute_together(conn, [final, *outcome.record])
         return
     if outcome.recorded:
         with autocommit(ctx.runtime.pool) as conn:

@@ -174,13 +174,21 @@ def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Ro
 def finalize_item(conn: Conn, batch_id: UUID, idx: int, *, state: str, error: str | None, error_code: str | None,
                   from_state: str = "running", worker_id: str | None = None) -> bool:
     """FROM_STATE (owned by WORKER_ID when given) → a final STATE; False when the item was not in that state."""
+    statement = finalize_statement(batch_id, idx, state=state, error=error, error_code=error_code,
+                                   from_state=from_state, worker_id=worker_id)
+    return conn.execute(*statement).rowcount == 1
+
+
+def finalize_statement(batch_id: UUID, idx: int, *, state: str, error: str | None, error_code: str | None,
+                       from_state: str = "running", worker_id: str | None = None) -> tuple[str, list[Any]]:
+    """The update finalize_item makes."""
     sql = ("UPDATE batch_items SET state = %s, error = %s, error_code = %s, finished_at = now()"
            " WHERE batch_id = %s AND idx = %s AND state = %s")
     params: list[Any] = [state, error, error_code, batch_id, idx, from_state]
     if worker_id is not None:
         sql += " AND worker_id = %s"
         params.append(worker_id)
-    return conn.execute(sql, params).rowcount == 1
+    return sql, params
 
 
 def heartbeat(conn: Conn, worker_id: str, hostname: str, pid: int) -> None:
