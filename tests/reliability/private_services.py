@@ -1,0 +1,121 @@
+"""A private Postgres and RabbitMQ (scripts/services.sh in a temporary directory, on free ports) that fault tests
+may stop and restart without touching the services other test runs share."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from tests.processes import ROOT, free_port
+
+MQ_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+def _pg_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+    if not found:
+        raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql (run scripts/services.sh up once)")
+    return found[-1]
+
+
+@dataclass
+class PrivateServices:
+    """Postgres + RabbitMQ under DIRECTORY; `up()` starts both, `down()` stops both."""
+
+    directory: Path
+    pg_port: int
+    mq_port: int
+    mq_ui_port: int
+    mq_dist_port: int
+
+    @classmethod
+    def allocate(cls, directory: Path) -> PrivateServices:
+        ports: set[int] = set()
+        while len(ports) < 4:
+            ports.add(free_port())
+        pg, mq, ui, dist = sorted(ports)
+        return cls(directory=directory, pg_port=pg, mq_port=mq, mq_ui_port=ui, mq_dist_port=dist)
+
+    @property
+    def mq_node(self) -> str:
+        return f"relay-{self.mq_port}@localhost"
+
+    @property
+    def admin_db_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.pg_port}/postgres"
+
+    def database_url(self, name: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.pg_port}/{name}"
+
+    @property
+    def broker_url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.mq_port}/%2F"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "RELAY_SERVICES_DIR": str(self.directory), "RELAY_PG_PORT": str(self.pg_port),
+                "RELAY_MQ_PORT": str(self.mq_port), "RELAY_MQ_UI_PORT": str(self.mq_ui_port),
+                "RELAY_MQ_DIST_PORT": str(self.mq_dist_port)}
+
+    def _services(self, command: str, timeout: float = 180) -> None:
+        subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), command], env=self.env(), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
+
+    def up(self) -> None:
+        """Start whatever is not running (both at first; a stopped RabbitMQ node after `stop_rabbitmq`)."""
+        self._services("up")
+
+    def down(self) -> None:
+        self._services("down")
+
+    def create_database(self, name: str) -> str:
+        """Drop and create database NAME with the migrations applied; its URL."""
+        with psycopg.connect(self.admin_db_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        from app.migrate import apply_migrations
+
+        url = self.database_url(name)
+        apply_migrations(url)
+        return url
+
+    # -- faults --------------------------------------------------------------------------------------------
+    def _pg_ctl(self, *args: str) -> None:
+        data = self.directory / "postgres" / "data"
+        subprocess.run(["runuser", "-u", "postgres", "--", str(_pg_bin() / "pg_ctl"), "-D", str(data), *args],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+
+    def stop_postgres(self) -> None:
+        """A fast shutdown: every client connection is cut."""
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+    def start_postgres(self) -> None:
+        self._pg_ctl("-l", str(self.directory / "postgres" / "postgres.log"), "-w", "-t", "60", "start")
+
+    def _rabbitmqctl(self, *args: str, timeout: float = 120) -> None:
+        env = {**self.env(), "HOME": str(self.directory / "rabbitmq")}
+        subprocess.run([str(MQ_BIN / "rabbitmqctl"), "-n", self.mq_node, *args], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
+
+    def stop_rabbitmq(self) -> None:
+        """Stop the whole RabbitMQ node (the Erlang VM exits; every connection drops)."""
+        self._rabbitmqctl("stop")
+
+    def start_rabbitmq(self) -> None:
+        """Start the node again (scripts/services.sh up starts only what is down)."""
+        self.up()
+
+    def wait_for_postgres(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.admin_db_url, connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

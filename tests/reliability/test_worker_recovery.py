@@ -1,0 +1,130 @@
+"""How a worker process gets through database trouble: claims retried through a dropped connection without
+running anything twice, and the reaper judging other workers lost only when its own heartbeats are steady."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from app.batches import runner, store
+from app.batches.monitor import Heartbeat, reap
+from app.batches.runner import WorkerContext, run_item
+from app.batches.service import payload_store
+from tests.reliability.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def ctx(shared: Stack) -> Iterator[WorkerContext]:
+    """A worker context in the test process (no worker process runs: items stay where the test puts them)."""
+    context = WorkerContext(runtime=shared.runtime, worker_id=f"test-worker-{id(shared)}",
+                            payloads=payload_store(shared.runtime))
+    Heartbeat(context).beat()
+    yield context
+    with shared.runtime.pool.connection() as conn:
+        store.remove_worker(conn, context.worker_id)
+
+
+@pytest.fixture()
+def no_claim_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "CLAIM_RETRIES_S", (0.01, 0.01))
+
+
+def _drop_connection_once(monkeypatch: pytest.MonkeyPatch, *, after_commit: bool) -> list[int]:
+    """Make the next claim fail as a dropped connection does: before its UPDATE ran, or after it committed."""
+    real = store.claim_item
+    calls: list[int] = []
+
+    def claim(conn: Any, batch_id: UUID, idx: int, worker_id: str) -> Any:
+        calls.append(idx)
+        if len(calls) == 1:
+            if after_commit:
+                real(conn, batch_id, idx, worker_id)  # autocommit: the claim is committed, the answer is lost
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(conn, batch_id, idx, worker_id)
+
+    monkeypatch.setattr(store, "claim_item", claim)
+    return calls
+
+
+def test_a_claim_cut_before_it_ran_is_retried_and_the_item_runs_once(shared: Stack, ctx: WorkerContext,
+                                                                     monkeypatch, no_claim_wait) -> None:
+    key = shared.new_key("kill")
+    batch_id = shared.submit(key, "claim-retry", 1)
+    calls = _drop_connection_once(monkeypatch, after_commit=False)
+
+    assert run_item(ctx, UUID(batch_id), 0) == "completed"
+
+    assert calls == [0, 0]
+    accounting = shared.account(key, batch_id, "claim-retry", 1, timeout=10)
+    assert accounting.states() == {"completed": 1} and accounting.calls[0] == 1
+
+
+def test_a_claim_whose_answer_was_lost_is_discarded_not_run(shared: Stack, ctx: WorkerContext, monkeypatch,
+                                                            no_claim_wait) -> None:
+    key = shared.new_key("kill")
+    batch_id = shared.submit(key, "claim-lost", 1)
+    _drop_connection_once(monkeypatch, after_commit=True)
+
+    assert run_item(ctx, UUID(batch_id), 0) == "discarded"
+
+    accounting = shared.account(key, batch_id, "claim-lost", 1, timeout=10)
+    assert accounting.items[0]["error_code"] == "claim_interrupted"
+    assert accounting.calls[0] == 0  # never sent upstream: it might have been, by the attempt whose answer was lost
+
+
+def test_a_claim_that_keeps_failing_raises_and_leaves_the_item_queued(shared: Stack, ctx: WorkerContext,
+                                                                      monkeypatch, no_claim_wait) -> None:
+    key = shared.new_key("kill")
+    batch_id = shared.submit(key, "claim-down", 1)
+
+    def down(*args: Any) -> Any:
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(store, "claim_item", down)
+    with pytest.raises(psycopg.OperationalError):
+        run_item(ctx, UUID(batch_id), 0)
+    assert shared.count_items(batch_id, "queued") == 1  # the lost-message sweep publishes it again
+    shared.call(key, "POST", f"/v1/batches/{batch_id}/cancel")
+
+
+def test_a_worker_judges_others_only_after_its_own_heartbeats_have_been_steady(ctx: WorkerContext) -> None:
+    now = [1000.0]
+    beats = Heartbeat(ctx, clock=lambda: now[0])
+    lost_after = ctx.runtime.settings.worker_lost_after_s
+    try:
+        beats.beat()
+        assert not beats.steady()
+        for _ in range(4):
+            now[0] += lost_after / 4
+            beats.beat()
+        assert beats.steady()
+        now[0] += lost_after  # a gap: Postgres was away for this worker too, so everyone's beats are stale
+        beats.beat()
+        assert not beats.steady()
+    finally:
+        beats.close()
+
+
+def test_the_reaper_discards_items_of_a_silent_worker_only_when_told_it_can_judge(shared: Stack,
+                                                                                ctx: WorkerContext) -> None:
+    key = shared.new_key("kill")
+    batch_id = shared.submit(key, "ghost", 1)
+    with shared.runtime.pool.connection() as conn:
+        store.heartbeat(conn, "ghost-worker", "elsewhere", 1)
+        conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'ghost-worker'")
+        assert store.claim_item(conn, UUID(batch_id), 0, "ghost-worker") is not None
+    try:
+        reap(ctx, judge_owners=False)
+        assert shared.count_items(batch_id, "running") == 1
+        reap(ctx, judge_owners=True)
+        accounting = shared.account(key, batch_id, "ghost", 1, timeout=10)
+        assert accounting.items[0]["error_code"] == "worker_lost"
+    finally:
+        with shared.runtime.pool.connection() as conn:
+            store.remove_worker(conn, "ghost-worker")
