@@ -59,7 +59,9 @@ def worker_context() -> WorkerContext:
 
 
 def _build_context(threads: int) -> WorkerContext:
-    runtime = Runtime.build(_settings, pool_max=threads + 6)
+    # Threads hold a connection only for a statement at a time: past RELAY_DB_POOL_MAX they wait briefly
+    # instead of opening hundreds of Postgres connections.
+    runtime = Runtime.build(_settings, pool_max=min(threads, _settings.db_pool_max) + 6)
     worker_id = _settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     return WorkerContext(runtime=runtime, worker_id=worker_id, payloads=payload_store(runtime))
 

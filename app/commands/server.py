@@ -26,7 +26,10 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("worker", help="run the Dramatiq batch workers")
     p.add_argument("--processes", "-p", type=int, default=int(os.environ.get("RELAY_WORKER_PROCESSES", "2")))
-    p.add_argument("--threads", "-t", type=int, default=int(os.environ.get("RELAY_WORKER_THREADS", "16")))
+    p.add_argument("--threads", "-t", type=int, default=int(os.environ.get("RELAY_WORKER_THREADS", "16")),
+                   help="concurrent items per process (OS threads, or greenlets with --gevent)")
+    p.add_argument("--gevent", action="store_true", default=os.environ.get("RELAY_WORKER_GEVENT", "") == "1",
+                   help="run items on gevent greenlets (for hundreds of slow upstream calls per process)")
     p.set_defaults(func=cmd_worker)
 
 
@@ -75,6 +78,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from app.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
-
+    if args.gevent:  # monkey-patch before anything imports socket or threading: a fresh interpreter
+        os.execv(sys.executable, [sys.executable, "-c", _GEVENT_MAIN, *argv[1:]])  # noqa: S606
     sys.argv = argv
     return int(dramatiq_main() or 0)
+
+
+# What `dramatiq-gevent` does: patch everything, then Dramatiq's CLI (its worker processes inherit the patch).
+_GEVENT_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from dramatiq.cli import main;"
+                " sys.exit(main())")

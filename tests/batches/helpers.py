@@ -57,12 +57,12 @@ def _policy(name: str, pool: list[str], *, models: list[str] | None = None, **ex
 
 
 def start_workers(env: dict[str, str], log_dir: Path, runtime: Runtime, *, processes: int = 2, threads: int = 4,
-                  **overrides: Any) -> RelayProcess:
-    """`relay worker` with ENV (+ RELAY_* OVERRIDES); returns once every process heartbeats."""
+                  extra: tuple[str, ...] = (), **overrides: Any) -> RelayProcess:
+    """`relay worker` with ENV (+ RELAY_* OVERRIDES, + EXTRA arguments); returns once every process heartbeats."""
     env = {**env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
     with runtime.pool.connection() as conn:
         before = conn.execute("SELECT now() AS t").fetchone()["t"]  # type: ignore[index]
-    workers = start_relay(["worker", "-p", str(processes), "-t", str(threads)], env,
+    workers = start_relay(["worker", "-p", str(processes), "-t", str(threads), *extra], env,
                           log_dir / f"worker-{time.monotonic_ns()}.log")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
