@@ -10,13 +10,13 @@ import pytest
 
 from app.runtime import Runtime
 from app.settings import Settings
-from tests.services import TestServices, ensure_services, fresh_services
+from tests.services import ServiceUrls, ensure_services, fresh_services
 
 TEST_DB = os.environ.get("RELAY_TEST_DB", "relay_test")
 
 
 @pytest.fixture(scope="session")
-def services(tmp_path_factory: pytest.TempPathFactory) -> TestServices:
+def services(tmp_path_factory: pytest.TempPathFactory) -> ServiceUrls:
     try:
         ensure_services()
     except Exception as exc:
@@ -27,7 +27,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> TestServices:
 
 
 @pytest.fixture(scope="session")
-def settings(services: TestServices, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def settings(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     payload_dir = tmp_path_factory.mktemp("payloads")
     return Settings(
         database_url=services.database_url,

@@ -23,7 +23,7 @@ ADMIN_DB_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres"
 
 
 @dataclass(frozen=True)
-class TestServices:
+class ServiceUrls:
     database_url: str
     broker_url: str
     vhost: str
@@ -50,7 +50,7 @@ def ensure_services() -> None:
         raise RuntimeError("Postgres or RabbitMQ did not come up (scripts/services.sh up)")
 
 
-def fresh_services(name: str) -> TestServices:
+def fresh_services(name: str) -> ServiceUrls:
     """Drop and recreate database NAME and vhost NAME; apply migrations; return their URLs."""
     with psycopg.connect(ADMIN_DB_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -66,11 +66,11 @@ def fresh_services(name: str) -> TestServices:
     from app.migrate import apply_migrations
 
     apply_migrations(database_url)
-    return TestServices(database_url=database_url, broker_url=f"amqp://guest:guest@127.0.0.1:{MQ_PORT}/{vh}",
+    return ServiceUrls(database_url=database_url, broker_url=f"amqp://guest:guest@127.0.0.1:{MQ_PORT}/{vh}",
                         vhost=name, mq_api=mq_api)
 
 
-def queue_depth(services: TestServices, queue: str) -> int:
+def queue_depth(services: ServiceUrls, queue: str) -> int:
     """Messages ready + unacked in QUEUE, counted by a passive declare (the HTTP stats lag ~5 s)."""
     import pika
 

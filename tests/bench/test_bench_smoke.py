@@ -8,10 +8,10 @@ from pathlib import Path
 
 from bench.__main__ import SCENARIOS, run
 from bench.sizes import TINY
-from tests.services import TestServices
+from tests.services import ServiceUrls
 
 
-def test_every_bench_scenario_produces_numbers(services: TestServices, tmp_path: Path) -> None:
+def test_every_bench_scenario_produces_numbers(services: ServiceUrls, tmp_path: Path) -> None:
     database = os.environ.get("RELAY_TEST_DB", "relay_test") + "_bench"
     results = run(TINY, list(SCENARIOS), repeat=1, json_path=tmp_path / "latest.json",
                   database=database, log=lambda _: None)

@@ -12,7 +12,7 @@ import pytest
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from tests.reliability.private_services import PrivateServices
 from tests.reliability.stack import Stack
-from tests.services import TestServices, fresh_services
+from tests.services import ServiceUrls, fresh_services
 
 REQUEST_LOG_SIZE = 200_000  # every call of a fault test's batch stays in the fake upstream's log
 
@@ -27,7 +27,7 @@ def fault_upstream() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture(scope="session")
-def stack(services: TestServices, fault_upstream: FakeUpstream,
+def stack(services: ServiceUrls, fault_upstream: FakeUpstream,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Relay on the shared services, with a database and vhost of its own (its catalog replaces nobody's)."""
     name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_faults"
