@@ -21,12 +21,13 @@ from bench import sysstat
 from bench.sizes import Sizes
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from tests.processes import RelayProcess, free_port, start_api, start_relay
-from tests.services import TestServices, ensure_services, fresh_services
+from tests.services import ServiceUrls, ensure_services, fresh_services
 
 MODEL = "gpt-4o-mini"
 FINAL = ("completed", "discarded", "cancelled")
 # Host keys by behaviour (latencies are set on the fake upstream per key).
 SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve().parent.parent / ".services"))
+WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk
 KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang"}
 
 
@@ -48,7 +49,7 @@ class BenchEnv:
     """Everything a scenario needs; `close()` stops the processes and drops the scratch database."""
 
     name: str
-    services: TestServices
+    services: ServiceUrls
     env: dict[str, str]
     work: Path
     upstream: FakeUpstream
@@ -63,7 +64,8 @@ class BenchEnv:
         """Fresh database + vhost NAME, fake upstream, payload dir, catalog and one relay key per policy."""
         ensure_services()
         services = fresh_services(name)
-        work = Path(tempfile.mkdtemp(prefix="relay-bench-"))
+        WORK_ROOT.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=WORK_ROOT))
         upstream = start_fake_upstream(process=True)
         upstream.settings(request_log_size=10)  # keep the fake upstream light
         upstream.control(KEYS["slow"], latency_ms=sizes.slow_latency_ms)
