@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
-from app.batches.validation import MAX_ERRORS, ItemError, item_errors, validate_envelope
+from app.batches.validation import MAX_ERRORS, SURROGATE_ESCAPE, ItemError, item_errors, validate_envelope
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
@@ -44,7 +44,18 @@ class ParsedBatch:
 
 
 def parse_batch(raw: bytes, *, max_items: int) -> ParsedBatch:
-    """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item."""
+    """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item.
+
+    JSON nested near the interpreter's recursion limit raises RecursionError in the decoder or in any later walk
+    of it (validation, the model name, the metadata size): that is bad input, answered 400 like malformed JSON.
+    """
+    try:
+        return _parse_batch(raw, max_items=max_items)
+    except RecursionError:
+        raise InvalidJson(message="the body is nested too deeply") from None
+
+
+def _parse_batch(raw: bytes, *, max_items: int) -> ParsedBatch:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -72,6 +83,7 @@ class _Scanner:
         self.has_requests = False
         self.shape: str | None = None  # known while scanning when `shape` comes before `requests`
         self.errors: list[ItemError] | None = None  # inline item errors, when the shape was known
+        self.surrogate_free: bool | None = None  # the body has no surrogate escape at all (known once searched)
 
     def scan_envelope(self) -> dict[str, Any]:
         """The top-level members except `requests` (whose items are scanned in place)."""
@@ -111,11 +123,19 @@ class _Scanner:
         if self.errors is not None and self.shape == self.parsed.shape:
             return self.errors
         errors: list[ItemError] = []
-        for idx, start in enumerate(self.parsed.starts):
+        for idx, (start, end) in enumerate(zip(self.parsed.starts, self.parsed.ends, strict=True)):
             if len(errors) >= MAX_ERRORS:
                 break
-            errors.extend(item_errors(self.parsed.shape, idx, _decode(self.text, start)[0]))
+            errors.extend(item_errors(self.parsed.shape, idx, _decode(self.text, start)[0],
+                                      may_hold_surrogates=self._may_hold_surrogates(start, end)))
         return errors
+
+    def _may_hold_surrogates(self, start: int, end: int) -> bool:
+        """Whether the text of the item at START:END has a surrogate escape (one search of the whole body first:
+        most bodies have none)."""
+        if self.surrogate_free is None:
+            self.surrogate_free = SURROGATE_ESCAPE.search(self.text) is None
+        return not self.surrogate_free and SURROGATE_ESCAPE.search(self.text, start, end) is not None
 
     def _scan_items(self, pos: int, shape: Any) -> int:
         """Record each item's span and model; validate it now if the shape is already known."""
@@ -131,7 +151,8 @@ class _Scanner:
                 raise BatchTooLarge(message=f"a batch holds at most {self.max_items} requests")
             item, end = _decode(text, pos)
             if self.errors is not None and len(self.errors) < MAX_ERRORS:
-                self.errors.extend(item_errors(self.shape or "", parsed.count, item))
+                self.errors.extend(item_errors(self.shape or "", parsed.count, item,
+                                               may_hold_surrogates=self._may_hold_surrogates(pos, end)))
             parsed.starts.append(pos)
             parsed.ends.append(end)
             parsed.models.append(str(item.get("model", "")) if isinstance(item, dict) else "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ MAX_METADATA_BYTES = 16 * 1024
 _ENVELOPE = BatchEnvelopeSchema()
 _EMBEDDINGS_ONLY = ("encoding_format", "dimensions")  # fields only an embeddings request has
 _CANONICAL_ONLY = ("max_tokens", "instructions")  # canonical fields that an embeddings body does not have
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # JSON text that may decode to a lone surrogate
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,24 @@ def validate_envelope(envelope: dict[str, Any], *, has_requests: bool) -> list[I
     metadata = envelope.get("metadata")
     if isinstance(metadata, dict) and len(json.dumps(metadata)) > MAX_METADATA_BYTES:
         errors.append(ItemError(None, "metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON"))
+    elif isinstance(metadata, dict) and (unstorable := text_problem(metadata)):
+        errors.append(ItemError(None, "metadata", unstorable))
     return errors
 
 
-def item_errors(shape: str, idx: int, item: Any) -> list[ItemError]:
-    """Why ITEM cannot be a request of SHAPE in a batch; empty when it can."""
+def item_errors(shape: str, idx: int, item: Any, *, may_hold_surrogates: bool = False) -> list[ItemError]:
+    """Why ITEM cannot be a request of SHAPE in a batch; empty when it can.
+
+    MAY_HOLD_SURROGATES: the item's JSON text has a surrogate escape (\\udXXX); only then is it walked for an
+    unpaired one, which no upstream request could encode.
+    """
     if not isinstance(item, dict):
         return [ItemError(idx, "", "must be a JSON object (a request body)")]
+    model = item.get("model")
+    if isinstance(model, str) and ("\x00" in model or not model.isascii()) and (problem := text_problem(model)):
+        return [ItemError(idx, "model", problem)]  # the model name is stored with the item
+    if may_hold_surrogates and (problem := text_problem(item, nul=False)):
+        return [ItemError(idx, "", problem)]
     if item.get("stream") not in (None, False):
         return [ItemError(idx, "stream", "must not be set: batch responses are stored whole, never streamed")]
     if _is_embeddings(shape, item):
@@ -62,6 +75,27 @@ def item_errors(shape: str, idx: int, item: Any) -> list[ItemError]:
         return [ItemError(idx, "", "canonical /v1/generate bodies cannot be batched: "
                                    f"send the request in the {shape} shape")]
     return [ItemError(idx, p.field, p.message) for p in problems]
+
+
+def text_problem(value: Any, *, nul: bool = True) -> str | None:
+    """Why VALUE's strings (keys included) cannot be stored or sent as UTF-8 text: an unpaired surrogate, or (when
+    NUL) a NUL character, which Postgres text and jsonb refuse. None when they can."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if nul and "\x00" in item:
+                return "must not contain NUL characters (\\u0000)"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "must not contain unpaired surrogates (\\ud800-\\udfff)"
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def _is_embeddings(shape: str, item: dict[str, Any]) -> bool:
@@ -92,4 +126,5 @@ def _flatten(problems: Any) -> list[str]:
     return [str(problems)]
 
 
-__all__ = ["MAX_ERRORS", "SHAPES", "ItemError", "item_errors", "validate_envelope"]
+__all__ = ["MAX_ERRORS", "SHAPES", "SURROGATE_ESCAPE", "ItemError", "item_errors", "text_problem",
+           "validate_envelope"]
