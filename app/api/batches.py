@@ -28,6 +28,7 @@ blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
 
 _NDJSON = "application/x-ndjson"
+_READ_CHUNK = 1 << 20
 
 
 def _runtime() -> Runtime:
@@ -48,10 +49,7 @@ def submit() -> ResponseReturnValue:
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
-    limit = _runtime().settings.batch_max_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise BatchBodyTooLarge(message=f"a batch body holds at most {limit} bytes")
-    return service.submit_batch(_runtime(), caller, request.get_data(cache=False)), 202
+    return service.submit_batch(_runtime(), caller, _read_body(_runtime().settings.batch_max_bytes)), 202
 
 
 @blp.route("", methods=["GET"])
@@ -88,6 +86,24 @@ def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchSchema)
 def cancel(batch_id: str) -> ResponseReturnValue:
     return service.cancel_batch(_runtime(), _caller(), batch_id)
+
+
+def _read_body(limit: int) -> bytes:
+    """The body, refused (413) as soon as it passes LIMIT bytes: a chunked upload declares no length, and reading it
+    whole first would hold everything past the limit, and a copy, in memory."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit)
+    body = bytearray()  # one block, whose memory goes back to the system when a refused body is dropped
+    while chunk := request.stream.read(_READ_CHUNK):
+        if len(body) + len(chunk) > limit:
+            body.clear()
+            raise _too_large(limit)
+        body += chunk
+    return bytes(body)
+
+
+def _too_large(limit: int) -> BatchBodyTooLarge:
+    return BatchBodyTooLarge(message=f"a batch body holds at most {limit} bytes")
 
 
 def _wants_ndjson() -> bool:
