@@ -35,6 +35,7 @@ from schemas.catalog import (
 
 CATALOG_MAX_BYTES = 16 * 1024 * 1024
 ADMIN_MAX_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 64  # admin bodies are flat records; nothing legitimate nests this deep
 SECURITY: list[dict[str, list[str]]] = [{"adminToken": []}]
 
 blp = Blueprint("admin", __name__, url_prefix="/admin", description="Catalog administration (admin token)")
@@ -60,18 +61,41 @@ def require_admin() -> None:
         raise InvalidCredential(message="invalid admin token")
     is_catalog = request.path.rstrip("/") == "/admin/catalog"
     request.max_content_length = CATALOG_MAX_BYTES if is_catalog else ADMIN_MAX_BYTES
-    if request.is_json and not is_catalog:
+    if is_catalog:
+        return
+    if request.is_json:
         _refuse_deep_json()
+    elif request.content_length or request.headers.get("Transfer-Encoding"):
+        # The argument parser reads JSON only: any other body would be ignored, and a rotation sent as
+        # text/plain would silently lose its grace period. (400 like every other body these routes refuse.)
+        raise ValidationFailed(message="send the body as application/json")
 
 
 def _refuse_deep_json() -> None:
-    """json.loads raises RecursionError (not a ValueError) on deeply nested input: answer 400, not 500."""
+    """Answer 400, not 500, for JSON nested deeper than MAX_JSON_DEPTH: json.loads raises RecursionError (not a
+    ValueError) on deeply nested input, here or, for a depth that decodes here, in the argument parser's deeper
+    stack."""
     try:
-        json.loads(request.get_data(cache=True))
+        body = json.loads(request.get_data(cache=True))
     except RecursionError as exc:
         raise ValidationFailed(message="the JSON body is nested too deeply") from exc
     except ValueError:
-        pass  # not JSON at all: the argument parser answers 400 with its own message
+        return  # not JSON at all: the argument parser answers 400 with its own message
+    if json_depth(body) > MAX_JSON_DEPTH:
+        raise ValidationFailed(message=f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep")
+
+
+def json_depth(value: Any) -> int:
+    """How deeply VALUE's lists and objects nest (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 blp.before_request(require_admin)
