@@ -20,7 +20,9 @@ NAME = validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}$",
                        error="must be 1-200 letters, digits or . _ @ + - (starting with a letter or digit)")
 MODEL_NAME = validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$",
                              error="must be 1-200 letters, digits or . _ : / @ + - (starting with a letter or digit)")
-PRINTABLE = validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")
+# Control characters, and unpaired surrogates (JSON may escape them; no text column can store one).
+PRINTABLE = validate.Regexp(r"^[^\x00-\x1f\x7f\ud800-\udfff]*$",
+                            error="must not contain control characters or unpaired surrogates")
 ENV_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$", error="must be an environment variable name")
 GRANT = validate.Regexp(r"^[A-Za-z0-9*?._:/@+\[\]-]{1,200}$", error="must be a model name or a * wildcard")
 

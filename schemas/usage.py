@@ -6,6 +6,8 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from schemas.catalog import PRINTABLE
+
 SOURCES = ("live", "batch")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
 GROUP_BYS = ("source", "model", "host", "policy", "project", "team", "principal", "credential", "batch")
@@ -33,6 +35,11 @@ class CommaList(fields.String):
 _NAME_OR_ID = "a name or an id"
 
 
+def _text(longest: int) -> list[Any]:
+    """1..LONGEST characters and no control character (Postgres text cannot hold a NUL: it would fail the query)."""
+    return [validate.Length(1, longest), PRINTABLE]
+
+
 class UsageFilterArgs(Schema):
     """Filters shared by every usage route; all optional and combined with AND."""
 
@@ -43,17 +50,17 @@ class UsageFilterArgs(Schema):
     from_ = fields.AwareDateTime(data_key="from", format="iso",
                                  metadata={"description": "RFC 3339 time, inclusive (event created_at)"})
     to = fields.AwareDateTime(format="iso", metadata={"description": "RFC 3339 time, exclusive"})
-    model = fields.String(validate=validate.Length(1, 200), metadata={"description": "model name as requested"})
-    host = fields.String(validate=validate.Length(1, 200), metadata={"description": f"host: {_NAME_OR_ID}"})
-    policy = fields.String(validate=validate.Length(1, 200), metadata={"description": f"policy: {_NAME_OR_ID}"})
-    project = fields.String(validate=validate.Length(1, 200), metadata={"description": f"project: {_NAME_OR_ID}"})
-    team = fields.String(validate=validate.Length(1, 200), metadata={"description": f"team: {_NAME_OR_ID}"})
-    principal = fields.String(validate=validate.Length(1, 240), metadata={
+    model = fields.String(validate=_text(200), metadata={"description": "model name as requested"})
+    host = fields.String(validate=_text(200), metadata={"description": f"host: {_NAME_OR_ID}"})
+    policy = fields.String(validate=_text(200), metadata={"description": f"policy: {_NAME_OR_ID}"})
+    project = fields.String(validate=_text(200), metadata={"description": f"project: {_NAME_OR_ID}"})
+    team = fields.String(validate=_text(200), metadata={"description": f"team: {_NAME_OR_ID}"})
+    principal = fields.String(validate=_text(240), metadata={
         "description": "user or service account: a name or id, optionally prefixed `user:` or `service_account:`"})
     credential = fields.UUID(metadata={"description": "relay key id or inference token id"})
     batch_id = fields.UUID()
     status = fields.String(validate=validate.OneOf(STATUS_CLASSES), metadata={"description": "status class"})
-    error_code = fields.String(validate=validate.Length(1, 200))
+    error_code = fields.String(validate=_text(200))
 
     @validates_schema
     def _range_is_ordered(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -64,7 +71,7 @@ class UsageFilterArgs(Schema):
 
 class EventListArgs(UsageFilterArgs):
     limit = fields.Integer(load_default=100, validate=validate.Range(1, MAX_LIMIT))
-    cursor = fields.String(validate=validate.Length(1, 200),
+    cursor = fields.String(validate=_text(200),
                            metadata={"description": "next_cursor from the previous page"})
 
 
