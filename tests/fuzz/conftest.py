@@ -1,0 +1,45 @@
+"""Fixtures for bad-input tests: a Relay of their own (database, vhost, catalog, fake upstream in-process), since
+the fuzzer may apply whole catalogs, and credentials of every kind."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fake_upstream.harness import start_fake_upstream
+from tests.reliability.stack import Stack, fault_catalog
+from tests.services import ServiceUrls, fresh_services
+
+
+@pytest.fixture(scope="session")
+def fuzz_stack(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    upstream = start_fake_upstream()
+    name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_fuzz"
+    own = fresh_services(name)
+    built = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=upstream,
+                        workdir=tmp_path_factory.mktemp("fuzz-stack"), queue_name=f"relay.batch_items.{name}")
+    yield built
+    built.close()
+    upstream.stop()
+
+
+@pytest.fixture(scope="session")
+def fuzz_key(fuzz_stack: Stack) -> str:
+    return fuzz_stack.new_key("kill")
+
+
+def restore_catalog(stack: Stack) -> None:
+    """Apply the stack's own catalog again (after a fuzzed catalog replaced it)."""
+    res = stack.admin("PUT", "/admin/catalog", json=fault_catalog(stack.upstream.url))
+    assert res.status_code == 200, res.get_data(as_text=True)
+
+
+def error_code(path: str, body: Any) -> Any:
+    """The stable error code of an error answer: `error.code` (Relay's and the OpenAI shape) or the Anthropic
+    shape's `error.code`."""
+    if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
+        return None
+    return body["error"].get("code")
