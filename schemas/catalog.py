@@ -65,7 +65,7 @@ def _whole_seconds(value: float) -> None:
 class HostKeySchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     name = fields.String(required=True, validate=NAME)
-    value = fields.String(load_only=True, validate=validate.Length(min=1, max=10_000),
+    value = fields.String(load_only=True, validate=[validate.Length(min=1, max=10_000), PRINTABLE],
                           metadata={"description": "the secret, stored encrypted; never returned"})
     value_env = fields.String(validate=ENV_NAME,
                               metadata={"description": "environment variable read at apply time"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hmac
 
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
@@ -53,6 +54,6 @@ class SecretBox:
         if token is None:
             return False
         try:
-            return self.decrypt(token) == value
+            return hmac.compare_digest(self.decrypt(token).encode(), value.encode())
         except SecretUnreadable:
             return False
