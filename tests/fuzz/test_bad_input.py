@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.fuzz.conftest import error_code
-from tests.reliability.stack import MODEL, Stack
+from tests.reliability.stack import MODEL, Stack, fault_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -202,6 +202,12 @@ def test_any_string_in_any_admin_field_is_accepted_or_refused_never_a_server_err
                "models": [{"name": text, "bindings": [{"host": text, "adapter": "openai", "upstream_model": text}]}]}
     _assert_rejected(client.admin("PUT", "/admin/catalog", json=catalog, query_string={"dry_run": "true"}),
                      "/admin/catalog", 400)
+    catalog = fault_catalog(client.stack.upstream.url)
+    catalog["hosts"][0]["keys"][0]["value"] = text  # a host-key secret: sent upstream in a header, stored encrypted
+    res = client.admin("PUT", "/admin/catalog", json=catalog, query_string={"dry_run": "true"})
+    _answered(res, "/admin/catalog")
+    if text in UNSTORABLE or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        _assert_rejected(res, "/admin/catalog", 400)
     if not _unpaired(text):  # a URL cannot carry one
         _answered(client.admin("GET", "/admin/tokens", query_string={"user": text}), "/admin/tokens")
 

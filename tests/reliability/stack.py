@@ -76,7 +76,7 @@ class Stack:
 
     @classmethod
     def build(cls, *, database_url: str, broker_url: str, upstream: FakeUpstream, workdir: Path,
-              queue_name: str) -> Stack:
+              queue_name: str, catalog: dict[str, Any] | None = None, **settings: Any) -> Stack:
         payloads = workdir / "payloads"
         logs = workdir / "logs"
         payloads.mkdir(parents=True, exist_ok=True)
@@ -84,14 +84,14 @@ class Stack:
         settings = Settings(database_url=database_url, broker_url=broker_url,
                             admin_token="fault-admin-" + secrets.token_hex(16),
                             secret_key="fault-secret-" + secrets.token_hex(16), batch_payload_dir=str(payloads),
-                            cache_poll_interval_s=0.2, queue_name=queue_name)
+                            cache_poll_interval_s=0.2, queue_name=queue_name, **settings)
         env = settings_env(settings)
         runtime = Runtime.build(settings)
         from app import create_app
 
         stack = cls(settings=settings, env=env, runtime=runtime, app=create_app(runtime=runtime), upstream=upstream,
                     logs=logs)
-        res = stack.admin("PUT", "/admin/catalog", json=fault_catalog(upstream.url))
+        res = stack.admin("PUT", "/admin/catalog", json=catalog or fault_catalog(upstream.url))
         assert res.status_code == 200, res.get_data(as_text=True)
         return stack
 
