@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 ITEMS = 600
 THREADS = 8
+WINDOW = 100  # the dispatcher publishes in steps all through the run, so it too meets the fault
 
 
 def test_a_rabbitmq_restart_mid_batch_loses_nothing_and_runs_nothing_twice(
@@ -21,8 +22,8 @@ def test_a_rabbitmq_restart_mid_batch_loses_nothing_and_runs_nothing_twice(
     stack = private
     key = stack.new_key("rabbitmq")
     stack.upstream.control(upstream_key("rabbitmq"), latency_ms=100)
-    stack.start_worker(threads=THREADS)
-    stack.start_worker(threads=THREADS)
+    stack.start_worker(threads=THREADS, dispatch_window=WINDOW)
+    stack.start_worker(threads=THREADS, dispatch_window=WINDOW)
     batch_id = stack.submit(key, "rabbitmq", ITEMS)
     stack.wait_items(batch_id, ("completed",), 100)
 
@@ -35,6 +36,7 @@ def test_a_rabbitmq_restart_mid_batch_loses_nothing_and_runs_nothing_twice(
     assert accounting.states() == {"completed": ITEMS}
     assert stopped < ITEMS  # the restart really happened mid-batch
     assert all(proc.proc.poll() is None for proc in stack.processes)  # the workers reconnected, none died
+    assert stack.app.test_client().get("/readyz").status_code == 200
 
 
 def test_a_postgres_restart_mid_batch_leaves_every_item_final_and_accounted_for(
@@ -42,8 +44,8 @@ def test_a_postgres_restart_mid_batch_leaves_every_item_final_and_accounted_for(
     stack = private
     key = stack.new_key("postgres")
     stack.upstream.control(upstream_key("postgres"), latency_ms=100)
-    stack.start_worker(threads=THREADS)
-    stack.start_worker(threads=THREADS)
+    stack.start_worker(threads=THREADS, dispatch_window=WINDOW)
+    stack.start_worker(threads=THREADS, dispatch_window=WINDOW)
     batch_id = stack.submit(key, "postgres", ITEMS)
     stack.wait_items(batch_id, ("completed",), 100)
 
@@ -59,3 +61,4 @@ def test_a_postgres_restart_mid_batch_leaves_every_item_final_and_accounted_for(
     assert states["completed"] >= ITEMS - 2 * THREADS  # only items in flight at the restart may be discarded
     assert "worker_lost" not in accounting.error_codes()  # both workers lived: stale heartbeats were the outage
     assert all(proc.proc.poll() is None for proc in stack.processes)
+    assert stack.app.test_client().get("/readyz").status_code == 200  # this process's pool recovered too
