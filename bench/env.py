@@ -176,7 +176,7 @@ class BenchEnv:
                 raise RuntimeError(f"batch {batch_id} not drained after {timeout:.0f}s")
             if self.workers is not None and self.workers.proc.poll() is not None:
                 raise RuntimeError(f"relay worker died:\n{self.workers.log()[-3000:]}")
-            time.sleep(0.1)
+            time.sleep(0.25)
 
     def last_finished(self, batch_id: str) -> float:
         """Epoch seconds of the batch's last item to become final."""
