@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import uuid
 
+import psycopg
 from flask import Flask, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Api
+from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from app.errors import RelayError
@@ -87,6 +89,13 @@ def _register_error_handlers(app: Flask) -> None:
         if details is not None:
             body["error"]["details"] = details
         return body, status
+
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(PoolTimeout)
+    def database_unavailable(exc: Exception) -> ResponseReturnValue:
+        log.warning("database unavailable: %s", type(exc).__name__)
+        body = {"error": {"code": "database_unavailable", "message": "the database is unavailable; retry shortly"}}
+        return body, 503, {"Retry-After": "5"}
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> ResponseReturnValue:

@@ -8,6 +8,7 @@ from flask import Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
+from app.api.bodies import read_body
 from app.auth import authenticate, credential_from_headers
 from app.auth_model import Caller
 from app.batches import service
@@ -28,7 +29,6 @@ blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
 
 _NDJSON = "application/x-ndjson"
-_READ_CHUNK = 1 << 20
 
 
 def _runtime() -> Runtime:
@@ -49,7 +49,7 @@ def submit() -> ResponseReturnValue:
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
-    return service.submit_batch(_runtime(), caller, _read_body(_runtime().settings.batch_max_bytes)), 202
+    return service.submit_batch(_runtime(), caller, read_body(_runtime().settings.batch_max_bytes, _too_large)), 202
 
 
 @blp.route("", methods=["GET"])
@@ -86,20 +86,6 @@ def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchSchema)
 def cancel(batch_id: str) -> ResponseReturnValue:
     return service.cancel_batch(_runtime(), _caller(), batch_id)
-
-
-def _read_body(limit: int) -> bytes:
-    """The body, refused (413) as soon as it passes LIMIT bytes: a chunked upload declares no length, and reading it
-    whole first would hold everything past the limit, and a copy, in memory."""
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_large(limit)
-    body = bytearray()  # one block, whose memory goes back to the system when a refused body is dropped
-    while chunk := request.stream.read(_READ_CHUNK):
-        if len(body) + len(chunk) > limit:
-            body.clear()
-            raise _too_large(limit)
-        body += chunk
-    return bytes(body)
 
 
 def _too_large(limit: int) -> BatchBodyTooLarge:

@@ -14,11 +14,13 @@ from flask import Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
+from app.api.bodies import read_body
 from app.api.inference_errors import shaped_error
 from app.auth import authenticate, credential_from_headers
 from app.auth_model import Caller
+from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.catalog.cache import get_catalog
-from app.errors import BadRequest, RelayError, UnsupportedMediaType, ValidationFailed
+from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
 from app.pipeline import run_inference
 from app.pipeline_types import InferenceCall, InferenceResult
 from app.runtime import Runtime
@@ -49,13 +51,23 @@ def json_body() -> dict[str, Any]:
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
+    raw = read_body(_runtime().settings.max_request_bytes, _too_large)
     try:
-        body = json.loads(request.get_data(cache=False) or b"null")
+        body = json.loads(raw or b"null")
     except (ValueError, RecursionError):
         raise BadRequest("invalid_json", "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("invalid_body", "the request body must be a JSON object")
+    problem = text_problem(body.get("model"))
+    if problem is None and SURROGATE_ESCAPE.search(raw.decode("utf-8", "replace")):
+        problem = text_problem(body, nul=False)
+    if problem is not None:
+        raise ValidationFailed("invalid_request", f"the request holds text that cannot be sent upstream: {problem}")
     return body
+
+
+def _too_large(limit: int) -> RelayError:
+    return PayloadTooLarge("payload_too_large", f"a request body holds at most {limit} bytes")
 
 
 def _validate(shape: str, body: dict[str, Any]) -> None:

@@ -140,3 +140,11 @@ def test_a_missing_credential_is_a_401_in_the_callers_shape(client) -> None:
     res = client.post("/v1/messages", json={})
     assert res.status_code == 401
     assert res.json["type"] == "error" and res.json["error"]["type"] == "authentication_error"
+
+
+def test_a_live_body_over_the_limit_is_a_413_in_the_callers_shape(client, make_key, settings, upstream) -> None:
+    data = b'{"model": "gpt-4o-mini", "pad": "' + b"x" * settings.max_request_bytes + b'"}'
+    res = client.post("/v1/messages", data=data, content_type="application/json", headers={"x-api-key": make_key()})
+    assert res.status_code == 413
+    assert res.json["error"]["code"] == "payload_too_large"
+    assert upstream.requests() == []
