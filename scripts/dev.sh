@@ -78,7 +78,7 @@ up() {
 
 Relay is running.
   API:            http://127.0.0.1:$API_PORT   (OpenAPI: /openapi.json, docs: /docs)
-  RabbitMQ UI:    http://127.0.0.1:15699        (guest / guest)
+  RabbitMQ UI:    http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}        (guest / guest)
   fake upstream:  http://127.0.0.1:$FAKE_PORT
   demo relay key: $key
   admin token:    \$RELAY_ADMIN_TOKEN in .run/env
