@@ -9,8 +9,7 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
 from app.api.bodies import read_body
-from app.auth import authenticate, credential_from_headers
-from app.auth_model import Caller
+from app.api.callers import request_caller
 from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
 from app.errors import UnsupportedMediaType
@@ -35,17 +34,13 @@ def _runtime() -> Runtime:
     return current_app.extensions["relay"]  # type: ignore[no-any-return]
 
 
-def _caller() -> Caller:
-    return authenticate(_runtime(), credential_from_headers(request.headers))  # type: ignore[arg-type]
-
-
 @blp.route("", methods=["POST"])
 @blp.doc(summary="Submit a batch", requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
     """Validate every item, store each request as a file, commit the batch; 202 without waiting for the broker."""
-    caller = _caller()
+    caller = request_caller()
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
@@ -57,7 +52,7 @@ def submit() -> ResponseReturnValue:
 @blp.arguments(BatchListArgs, location="query")
 @blp.response(200, BatchListSchema)
 def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
-    return service.list_batches(_runtime(), _caller(), limit=args["limit"], cursor=args["cursor"])
+    return service.list_batches(_runtime(), request_caller(), limit=args["limit"], cursor=args["cursor"])
 
 
 @blp.route("/<batch_id>", methods=["GET"])
@@ -65,7 +60,7 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
 @blp.arguments(BatchItemsArgs, location="query")
 @blp.response(200, BatchSchema)
 def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return service.get_batch(_runtime(), _caller(), batch_id, state=args["state"], after=args["after"],
+    return service.get_batch(_runtime(), request_caller(), batch_id, state=args["state"], after=args["after"],
                              limit=args["limit"])
 
 
@@ -76,7 +71,7 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     jsonl = args["format"] == "jsonl" or (args["format"] is None and _wants_ndjson())
-    chunks = service.open_results(_runtime(), _caller(), batch_id, jsonl=jsonl)
+    chunks = service.open_results(_runtime(), request_caller(), batch_id, jsonl=jsonl)
     return Response(stream_with_context(chunks), status=200,
                     mimetype=_NDJSON if jsonl else "application/json")
 
@@ -85,7 +80,7 @@ def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.doc(summary="Cancel a batch: queued items never run, running ones are stopped (idempotent)")
 @blp.response(200, BatchSchema)
 def cancel(batch_id: str) -> ResponseReturnValue:
-    return service.cancel_batch(_runtime(), _caller(), batch_id)
+    return service.cancel_batch(_runtime(), request_caller(), batch_id)
 
 
 def _too_large(limit: int) -> BatchBodyTooLarge:

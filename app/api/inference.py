@@ -15,9 +15,8 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
 from app.api.bodies import read_body
+from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error
-from app.auth import authenticate, credential_from_headers
-from app.auth_model import Caller
 from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.catalog.cache import get_catalog
 from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
@@ -39,11 +38,6 @@ ROUTES = {  # path → request shape
 
 def _runtime() -> Runtime:
     return current_app.extensions["relay"]  # type: ignore[no-any-return]
-
-
-def authenticated_caller() -> Caller:
-    """The caller behind this request's Authorization or x-api-key header."""
-    return authenticate(_runtime(), credential_from_headers(request.headers) or "")
 
 
 def json_body() -> dict[str, Any]:
@@ -99,7 +93,7 @@ def _respond(result: InferenceResult) -> Response:
 def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]:
     def view() -> ResponseReturnValue:
         try:
-            caller = authenticated_caller()
+            caller = request_caller()
             body = json_body()
             _validate(shape, body)
             call = InferenceCall(shape=shape, body=body, caller=caller, policy_id=caller.policy_id,
@@ -116,7 +110,7 @@ def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]
 def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
     def view() -> ResponseReturnValue:
         try:
-            caller = authenticated_caller()
+            caller = request_caller()
         except RelayError as exc:
             return shaped_error("anthropic" if anthropic else "openai", exc)
         snapshot = get_catalog(_runtime()).snapshot()
