@@ -19,8 +19,8 @@ from app.batches.dispatch import Dispatcher
 from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
 from app.batches.runner import WorkerContext, finalize_by_key, run_item, time_limit_outcome
 from app.batches.service import payload_store
-from app.logging_setup import log_context
-from app.metrics import start_worker_metrics_server
+from app.observability.logs import log_context
+from app.observability.metrics import start_worker_metrics_server
 from app.runtime import Runtime
 from app.settings import Settings
 

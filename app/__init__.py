@@ -13,7 +13,7 @@ from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from app.errors import RelayError
-from app.metrics import install_request_metrics
+from app.observability.metrics import install_request_metrics
 from app.runtime import Runtime
 from app.settings import Settings
 

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from app.errors import RelayError
-from app.logging_setup import install_json_logging
+from app.observability.logs import install_json_logging
 from app.settings import SettingsError
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.

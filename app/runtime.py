@@ -8,7 +8,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from app.db import create_pool
-from app.logging_setup import register_secrets
+from app.observability.logs import register_secrets
 from app.settings import Settings
 
 

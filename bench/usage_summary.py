@@ -2,7 +2,7 @@
 
 Creates a scratch database (dropped at the end unless --keep), applies Relay's migrations, loads synthetic
 events with COPY (time-ordered, as real inserts are), VACUUM ANALYZEs, then times the real query
-(`app.usage_store.summarize`, as `GET /v1/usage/summary?group_by=model&from=..&to=..` runs it) against a
+(`app.usage.store.summarize`, as `GET /v1/usage/summary?group_by=model&from=..&to=..` runs it) against a
 baseline `SELECT count(*)` over the same day, and prints the medians and their ratio.
 
     .venv/bin/python -m bench.usage_summary [--events 1000000] [--days 7] [--runs 15] [--keep]
@@ -23,8 +23,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from app.migrate import apply_migrations
-from app.usage_query import UsageFilter, Visibility
-from app.usage_store import summarize
+from app.usage.queries import UsageFilter, Visibility
+from app.usage.store import summarize
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:54329/postgres"
 COLUMNS = ("request_id", "source", "created_at", "started_at", "duration_ms", "status", "error_code",

@@ -6,7 +6,7 @@ from flask import current_app
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
-from app.health import check_readiness
+from app.observability.health import check_readiness
 
 blp = Blueprint("health", __name__, description="Liveness and readiness")
 

@@ -21,7 +21,7 @@ from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.catalog.cache import get_catalog
 from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
 from app.pipeline import run_inference
-from app.pipeline_types import InferenceCall, InferenceResult
+from app.pipeline.types import InferenceCall, InferenceResult
 from app.runtime import Runtime
 
 blp = Blueprint("inference", __name__, description="Live inference (OpenAI- and Anthropic-compatible)")

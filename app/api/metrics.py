@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Response, current_app
 from flask_smorest import Blueprint
 
-from app.metrics import render_metrics
+from app.observability.metrics import render_metrics
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 

@@ -17,8 +17,8 @@ from marshmallow import RAISE
 
 from app.auth import authenticate, credential_from_headers
 from app.runtime import Runtime
-from app.usage_query import Cursor, UsageFilter, Visibility, csv_lines, event_json, jsonl_lines, summary_json
-from app.usage_store import iter_events, list_events, summarize
+from app.usage.queries import Cursor, UsageFilter, Visibility, csv_lines, event_json, jsonl_lines, summary_json
+from app.usage.store import iter_events, list_events, summarize
 from schemas.admin import RelayErrorSchema
 from schemas.usage import EventListArgs, EventPageSchema, ExportArgs, SummaryArgs, SummarySchema
 

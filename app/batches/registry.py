@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from uuid import UUID
 
-from app.interrupt import Interrupter
+from app.pipeline.interrupt import Interrupter
 
 ItemKey = tuple[UUID, int]
 

@@ -20,13 +20,13 @@ from app.batches import store
 from app.batches.registry import ItemRegistry
 from app.db import Statement, autocommit, execute_together
 from app.errors import RelayError
-from app.interrupt import Interrupted, Interrupter
-from app.metrics import observe_item
+from app.observability.metrics import observe_item
 from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
-from app.pipeline_types import InferenceCall
+from app.pipeline.interrupt import Interrupted, Interrupter
+from app.pipeline.types import InferenceCall
 from app.runtime import Runtime
-from app.usage import UsageEvent, record_usage
+from app.usage.events import UsageEvent, record_usage
 
 log = logging.getLogger("relay.batches.runner")
 FINALIZE_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to record an item's outcome

@@ -9,8 +9,8 @@ from typing import Any
 
 from app.db import check_database
 from app.errors import ServiceUnavailable
-from app.health import check_rabbitmq
 from app.migrate import apply_migrations
+from app.observability.health import check_rabbitmq
 from app.settings import Settings
 
 
@@ -57,8 +57,8 @@ def cmd_api(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     preflight(settings)
     apply_migrations(settings.database_url)
-    from app.metrics import prepare_metrics_dir
-    from app.wsgi_server import run_gunicorn
+    from app.api.server import run_gunicorn
+    from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
     run_gunicorn(bind=args.bind, workers=args.workers, threads=args.threads)
@@ -75,7 +75,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--queues", settings.queue_name, "--worker-shutdown-timeout", str(timeout_ms)]
     from dramatiq.cli import main as dramatiq_main
 
-    from app.metrics import prepare_metrics_dir
+    from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
     if args.gevent:  # monkey-patch before anything imports socket or threading: a fresh interpreter

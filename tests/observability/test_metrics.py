@@ -10,7 +10,13 @@ import pika
 import pytest
 import requests
 
-from app.metrics import count_rate_limited, observe_item, observe_upstream, scrape_registry, start_worker_metrics_server
+from app.observability.metrics import (
+    count_rate_limited,
+    observe_item,
+    observe_upstream,
+    scrape_registry,
+    start_worker_metrics_server,
+)
 from app.runtime import Runtime
 from tests.observability.helpers import parse, scrape, value
 from tests.processes import free_port

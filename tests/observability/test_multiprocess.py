@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 FORKING_PARENT = textwrap.dedent("""
     import os, sys
-    from app.metrics import observe_item, prepare_metrics_dir, render_metrics
+    from app.observability.metrics import observe_item, prepare_metrics_dir, render_metrics
     import prometheus_client  # imported before the directory is set, as a library might
     prepare_metrics_dir(sys.argv[1])
     for _ in range(3):

@@ -15,7 +15,7 @@ import pytest
 
 from app.auth import authenticate
 from app.auth_model import Caller
-from app.usage import UsageEvent, record_usage
+from app.usage.events import UsageEvent, record_usage
 
 T0 = datetime(2020, 3, 1, tzinfo=UTC)
 WINDOW = {"from": "2020-03-01T00:00:00Z", "to": "2020-03-03T00:00:00Z"}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.usage_query import EVENT_FIELDS
+from app.usage.queries import EVENT_FIELDS
 from tests.usage.conftest import WINDOW, World, labels
 
 pytestmark = pytest.mark.integration

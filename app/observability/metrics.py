@@ -153,7 +153,7 @@ def scrape_registry(runtime: Runtime | None) -> CollectorRegistry:
         metrics()  # so the families show up (empty) before anything was recorded
         registry.register(_Forward(REGISTRY))
     if runtime is not None:
-        from app.metrics_scrape import StateCollector
+        from app.observability.scrape import StateCollector
 
         registry.register(StateCollector(runtime))
     return registry

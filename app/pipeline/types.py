@@ -10,7 +10,7 @@ from uuid import UUID
 from adapters.base import Usage
 from app.auth_model import Caller
 from app.db import Statement
-from app.interrupt import Interrupter
+from app.pipeline.interrupt import Interrupter
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from urllib.parse import urlsplit
 
-from app.interrupt import Interrupter
+from app.pipeline.interrupt import Interrupter
 
 _local = threading.local()
 READ_CHUNK = 64 * 1024

@@ -5,17 +5,17 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from app import keypool, upstream
 from app.db import autocommit
 from app.errors import RelayError, UpstreamFailed
-from app.interrupt import Interrupted
-from app.metrics import observe_upstream
-from app.pipeline_stream import stream_result
-from app.pipeline_types import InferenceCall, InferenceResult
+from app.observability.metrics import observe_upstream
+from app.pipeline import keypool, upstream
+from app.pipeline.interrupt import Interrupted
+from app.pipeline.plan import Plan
+from app.pipeline.stream import stream_result
+from app.pipeline.types import InferenceCall, InferenceResult
 
 if TYPE_CHECKING:
-    from app.pipeline import Plan
-    from app.pipeline_record import Recorder
+    from app.pipeline.record import Recorder
     from app.runtime import Runtime
 
 # Upstream answers that say "this key, not this request": try the next key.

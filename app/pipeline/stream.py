@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from app.pipeline_types import InferenceCall, InferenceResult
-from app.upstream import UpstreamIOError, UpstreamResponse
+from app.pipeline.plan import Plan
+from app.pipeline.types import InferenceCall, InferenceResult
+from app.pipeline.upstream import UpstreamIOError, UpstreamResponse
 
 if TYPE_CHECKING:
-    from app.pipeline import Plan
-    from app.pipeline_record import Recorder
+    from app.pipeline.record import Recorder
 
 
 def stream_result(call: InferenceCall, plan: Plan, recorder: Recorder, response: UpstreamResponse) -> InferenceResult:

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from psycopg import Connection
 
-from app.usage_query import SUMMARY_COUNTERS, Cursor, UsageFilter, Visibility
+from app.usage.queries import SUMMARY_COUNTERS, Cursor, UsageFilter, Visibility
 
 Where = tuple[str, list[Any]]
 

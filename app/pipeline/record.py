@@ -8,17 +8,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Usage
-from app import keypool, ratelimit
 from app.catalog.model import HostKey
 from app.db import Statement, autocommit, execute_together
 from app.errors import RelayError
-from app.payload_log import PayloadLog, payload_log_statement
-from app.pipeline_types import InferenceCall, InferenceResult
-from app.usage import UsageEvent, cost_nanos, usage_statement
+from app.pipeline import keypool, ratelimit
+from app.pipeline.payload_log import PayloadLog, payload_log_statement
+from app.pipeline.plan import Plan
+from app.pipeline.types import InferenceCall, InferenceResult
+from app.usage.events import UsageEvent, cost_nanos, usage_statement
 
 if TYPE_CHECKING:
-    from app.pipeline import Plan
-    from app.routing import Route
+    from app.pipeline.routing import Route
     from app.runtime import Runtime
 
 log = logging.getLogger("relay.pipeline")

@@ -1,0 +1,51 @@
+"""Run one inference call for a caller: the only place the pipeline's steps are sequenced.
+
+authenticate (done by the caller) → policy → route → shape check → rate limit → key pool → upstream
+→ usage event (+ rate-limit tokens, breakers) → payload log. Live routes and batch items both call
+run_inference(); nothing here assumes an HTTP request.
+"""
+
+from __future__ import annotations
+
+import time
+
+from app.catalog.cache import get_catalog
+from app.catalog.model import Policy
+from app.errors import RateLimited, RelayError
+from app.observability.metrics import count_rate_limited
+from app.pipeline import routing
+from app.pipeline.calls import call_with_failover
+from app.pipeline.plan import make_plan
+from app.pipeline.ratelimit import Reservation, reserve
+from app.pipeline.record import Recorder
+from app.pipeline.types import InferenceCall, InferenceResult
+from app.runtime import Runtime
+
+
+def run_inference(runtime: Runtime, call: InferenceCall) -> InferenceResult:
+    """Run CALL through the pipeline; RelayError for rejections, the upstream's status otherwise."""
+    call.started_at = call.started_at or time.time()
+    recorder = Recorder(runtime, call)
+    try:
+        snapshot = get_catalog(runtime).snapshot()
+        policy = routing.check_policy(snapshot.policies.get(call.policy_id))
+        route = routing.resolve(snapshot.models, policy, call.body.get("model"))
+        recorder.route = route
+        plan = make_plan(call, route)
+        reservation = _reserve(runtime, policy)
+        recorder.reservation = reservation
+        return call_with_failover(runtime, call, plan, recorder)
+    except RelayError as exc:
+        recorder.record_rejection(exc)
+        raise
+
+
+def _reserve(runtime: Runtime, policy: Policy) -> Reservation | None:
+    if not policy.rate_limits:
+        return None
+    try:
+        with runtime.pool.connection() as conn:
+            return reserve(conn, policy.rate_limits)
+    except RateLimited:
+        count_rate_limited(policy.name)
+        raise
