@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 
@@ -24,3 +26,20 @@ class Caller:
             assert self.relay_key_hash is not None
             return "key:" + self.relay_key_hash.hex()
         return f"user:{self.principal_id}"
+
+    def attribution(self) -> dict[str, object]:
+        """The eight attribution columns a batch row (and so each of its items' usage events) records."""
+        return {name: getattr(self, name) for name in ATTRIBUTION}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Caller:
+        """The caller rebuilt from a row holding the attribution columns (a batch, as submitted)."""
+        key_hash = row["relay_key_hash"]
+        return cls(**{name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"},
+                   relay_key_hash=bytes(key_hash) if key_hash is not None else None)
+
+
+# Who submitted a batch, as recorded on it: every column the page lists (RelayKeyHash, PolicyID, ProjectID, TeamID,
+# PrincipalKind, PrincipalID, CredentialKind, CredentialID).
+ATTRIBUTION = ("relay_key_hash", "policy_id", "project_id", "team_id", "principal_kind", "principal_id",
+               "credential_kind", "credential_id")

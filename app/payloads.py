@@ -13,6 +13,7 @@ import os
 import shutil
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
@@ -27,6 +28,15 @@ class PayloadStoreUnavailable(InsufficientStorage):
 
 class PayloadMissing(Exception):
     """An item's file is not visible to this replica (or cannot be read)."""
+
+
+@dataclass(frozen=True)
+class ResponseRef:
+    """Where an item's response is kept: a file of the batch's folder and the byte range in it."""
+
+    segment: str
+    offset: int
+    length: int
 
 
 class PayloadStore:
@@ -77,6 +87,14 @@ class PayloadStore:
             return self._read(self.response_path(batch_id, idx))
         except PayloadMissing:
             return None
+
+    def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
+        """Keep an item's response; its ref is committed with the item's final state after sync()."""
+        self.write_response(batch_id, idx, body)
+        return ResponseRef(self.response_path(batch_id, idx).name, 0, len(body))
+
+    def sync(self) -> None:
+        """Make every response appended so far durable (each response file is synced as it is written)."""
 
     def write_response(self, batch_id: UUID, idx: int, body: bytes) -> None:
         """Store an item's response whole and durably; PayloadStoreUnavailable when it cannot be written."""

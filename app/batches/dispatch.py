@@ -1,43 +1,112 @@
-"""The outbox pump: publishes committed-but-unpublished items to RabbitMQ, keeping at most `dispatch_window`
-published items unfinished. It runs as a thread in every worker process (one publishes at a time, under an
-advisory lock), woken by NOTIFY on submit and by local items finishing, and polling every second, so an API
-that died right after committing a batch loses nothing. Publishing twice is harmless: the item claim dedupes.
+"""The outbox pump: publishes committed-but-unpublished items to RabbitMQ, a few items of one batch per message,
+keeping what is published but not final within a window sized from the workers' live concurrency. It runs as a
+thread in every worker process (one publishes at a time, under an advisory lock), woken by NOTIFY on submit and by
+local items finishing, and polling every second, so an API that died right after committing a batch loses nothing.
+Publishing twice is harmless: the item claim dedupes.
+
+Order of work (fair share): each pass splits the room in the window between the owners with items left to
+publish (the credential that submitted, or the user for tokens), equally, then between one owner's batches, oldest
+first; messages are interleaved across owners. So a new owner's batch is published at the next pass, behind at
+most one window of other owners' items, however large their backlog.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
+import dramatiq
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from app.batches import store
+from app.batches import outbox
 from app.runtime import Runtime
 
 log = logging.getLogger("relay.batches.dispatch")
 
+ITEM_ACTOR = "run_batch_items"  # the actor (in actors/batch_items.py) that takes (batch_id, [idx, ...])
 DISPATCH_LOCK = 0x5E1A7B01  # advisory lock: one publishing dispatcher at a time
-CHUNK = 1000  # messages per RabbitMQ transaction
+MAX_GROUP = 8  # items per message at most
+CHUNK = 2000  # items published per pass at most
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 _PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
-Encoder = Callable[[UUID, int], bytes]
+
+def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int]) -> bytes:
+    """The message body for some items of one batch, as Dramatiq encodes a call of the item actor."""
+    return dramatiq.Message(queue_name=queue, actor_name=ITEM_ACTOR, args=(str(batch_id), list(idxs)), kwargs={},
+                            options={}).encode()
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message: items of one batch."""
+
+    batch_id: UUID
+    idxs: tuple[int, ...]
+
+
+Cursor = tuple[UUID, int]  # a batch and its new publish cursor
+
+
+def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int) -> tuple[list[Publication], list[Cursor]]:
+    """Split ROOM items between the owners of BATCHES equally (then between an owner's batches, oldest first),
+    in messages of up to GROUP items interleaved across owners; the messages and each batch's new cursor."""
+    owners: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        owners.setdefault(batch["owner"], []).append(batch)
+    share = _shares(owners, room)
+    queues: list[list[Publication]] = []
+    cursors: list[Cursor] = []
+    for owner, owned in owners.items():
+        left, messages = share[owner], []
+        for batch in owned:
+            start = batch["published_upto"]
+            take = min(left, batch["total"] - start)
+            if take <= 0:
+                continue
+            left -= take
+            messages += [Publication(batch["id"], tuple(range(i, min(i + group, start + take))))
+                         for i in range(start, start + take, group)]
+            cursors.append((batch["id"], start + take))
+        queues.append(messages)
+    return [m for round_ in _interleave(queues) for m in round_], cursors
+
+
+def _shares(owners: dict[str, list[dict[str, Any]]], room: int) -> dict[str, int]:
+    """Water-filling: an equal share each, what an owner cannot use goes to the others."""
+    want = {o: sum(b["total"] - b["published_upto"] for b in owned) for o, owned in owners.items()}
+    share = dict.fromkeys(owners, 0)
+    active = [o for o in owners if want[o] > 0]
+    while room > 0 and active:
+        each = max(1, room // len(active))
+        for owner in list(active):
+            give = min(each, want[owner] - share[owner], room)
+            share[owner] += give
+            room -= give
+            if share[owner] >= want[owner]:
+                active.remove(owner)
+            if room <= 0:
+                break
+    return share
+
+
+def _interleave(queues: list[list[Publication]]) -> list[list[Publication]]:
+    longest = max((len(q) for q in queues), default=0)
+    return [[q[i] for q in queues if i < len(q)] for i in range(longest)]
 
 
 class Dispatcher:
     """A daemon thread that pumps the outbox; `wake()` makes it look now."""
 
-    def __init__(self, runtime: Runtime, encode: Encoder, ensure_queue: Callable[[], None],
-                 *, poll_s: float = 1.0) -> None:
+    def __init__(self, runtime: Runtime, *, poll_s: float = 1.0) -> None:
         self.runtime = runtime
         self.queue = runtime.settings.queue_name
-        self.window = runtime.settings.dispatch_window
-        self._encode = encode
-        self._ensure_queue = ensure_queue
+        self.max_window = runtime.settings.dispatch_window
         self._poll_s = poll_s
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -46,8 +115,7 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._run, name="relay-dispatcher", daemon=True)
         self._passes = 0
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
-        # Refill in steps, not per item: a pass costs a few queries whatever it publishes.
-        self._refill = max(1, min(CHUNK, self.window // 10))
+        self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
 
     def start(self) -> None:
@@ -93,51 +161,63 @@ class Dispatcher:
             self._conn.process_data_events(time_limit=0)  # keep the AMQP heartbeat answered
         self._wake.wait(self._poll_s)
         self._wake.clear()
-        self._stop.wait(0.02)  # let a burst of wake-ups coalesce into one pass
+        self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
+
+    def window(self, threads: int, backlog: int) -> tuple[int, int]:
+        """(window, items per message): enough published to keep every live thread busy (two messages each, as
+        Dramatiq prefetches), messages larger only when the backlog is deep, capped by RELAY_DISPATCH_WINDOW."""
+        threads = max(threads, 1)
+        group = max(1, min(MAX_GROUP, backlog // (4 * threads)))
+        self._refill = max(1, threads // 2)
+        return min(self.max_window, 2 * threads * group + threads), group
 
     def pump(self) -> int:
-        """One pass: publish up to CHUNK unpublished items within the window; how many were published."""
-        with self.runtime.pool.connection() as conn:
-            with conn.transaction():
-                if not store.try_leader_lock(conn, DISPATCH_LOCK):
-                    return 0
-                batches = store.undispatched_batches(conn)
-                room = self.window - store.in_flight(conn) if batches else 0
-                self._window_full = batches > 0 and room <= 0
-                if room <= 0:
-                    return 0
-                limit = min(room, CHUNK)
-                keys = store.pick_unpublished(conn, limit=limit, per_batch=max(1, math.ceil(limit / batches)))
-                if keys:
-                    self._publish(keys)
-                    store.mark_published(conn, keys)
-            if len(keys) < limit:
-                with conn.transaction():
-                    store.mark_dispatched(conn)
-        return len(keys)
+        """One pass: publish up to CHUNK items within the window; how many were published."""
+        settings = self.runtime.settings
+        with self.runtime.pool.connection() as conn, conn.transaction():
+            if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
+                return 0
+            batches = outbox.outbox_batches(conn)
+            if not batches:
+                self._window_full = False
+                return 0
+            backlog = sum(b["total"] - b["published_upto"] for b in batches)
+            window, group = self.window(outbox.live_threads(conn, settings.worker_lost_after_s), backlog)
+            room = min(CHUNK, window - outbox.in_flight(conn))
+            self._window_full = room <= 0
+            if room <= 0:
+                return 0
+            messages, cursors = plan_pass(batches, room, group)
+            self._publish(messages)
+            outbox.advance(conn, cursors)
+        return sum(len(m.idxs) for m in messages)
 
     def recover_lost_messages(self) -> None:
-        """Republish queued items whose message is long gone (the queue is empty yet they never ran)."""
+        """Publish again queued items whose message is long gone (the queue is empty yet they never ran)."""
         channel = self._open()
         if channel.queue_declare(queue=self.queue, passive=True).method.message_count:
             return
         with self.runtime.pool.connection() as conn, conn.transaction():
-            if store.try_leader_lock(conn, DISPATCH_LOCK) and store.unpublish_stale(conn, LOST_MESSAGE_AGE_S):
-                log.warning("dispatcher: republishing queued items whose messages were lost")
-                self.wake()
+            if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
+                return
+            keys = outbox.stranded_items(conn, LOST_MESSAGE_AGE_S)
+            if keys:
+                log.warning("dispatcher: publishing again %d queued item(s) whose messages were lost", len(keys))
+                self._publish([Publication(b, (i,)) for b, i in keys])
+                outbox.touch_published(conn, sorted({b for b, _ in keys}))
 
-    def _publish(self, keys: Sequence[tuple[UUID, int]]) -> None:
-        """Publish one persistent message per item in one RabbitMQ transaction."""
+    def _publish(self, messages: Sequence[Publication]) -> None:
+        """Publish persistent messages in one RabbitMQ transaction."""
         channel = self._open()
         channel.queue_declare(queue=self.queue, passive=True)  # never publish into a missing queue (dropped)
-        for batch_id, idx in keys:
-            channel.basic_publish("", self.queue, self._encode(batch_id, idx), _PERSISTENT)
+        for message in messages:
+            channel.basic_publish("", self.queue, encode_items(self.queue, message.batch_id, message.idxs),
+                                  _PERSISTENT)
         channel.tx_commit()
 
     def _open(self) -> BlockingChannel:
         if self._channel is None or not self._channel.is_open:
             self._close()
-            self._ensure_queue()
             params = pika.URLParameters(self.runtime.settings.broker_url)
             params.heartbeat = 30
             params.blocked_connection_timeout = 30
@@ -153,3 +233,5 @@ class Dispatcher:
                 conn.close()
             except Exception:  # already broken; nothing to release
                 log.debug("dispatcher: closing a broken connection", exc_info=True)
+
+

@@ -13,8 +13,9 @@ from uuid import UUID
 
 import psycopg
 
-from app.batches import store
-from app.batches.runner import WorkerContext, finalize_by_key, time_limit_outcome, worker_lost_outcome
+from app.batches import outbox, outcomes, store
+from app.batches.finals import finalize_by_key
+from app.batches.runner import WorkerContext
 
 log = logging.getLogger("relay.batches.monitor")
 
@@ -85,7 +86,7 @@ class Heartbeat:
                 if self._conn is None or self._conn.closed:
                     self._conn = psycopg.connect(self.ctx.runtime.settings.database_url, autocommit=True,
                                                  connect_timeout=5)
-                store.heartbeat(self._conn, self.ctx.worker_id, self._hostname, self._pid)
+                outbox.heartbeat(self._conn, self.ctx.worker_id, self._hostname, self._pid, self.ctx.threads)
             except psycopg.Error:
                 self._close()
                 raise
@@ -116,20 +117,21 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
     past the limit; record finished_at of batches whose items are all final."""
     settings = ctx.runtime.settings
     with ctx.runtime.pool.connection() as conn, conn.transaction():
-        if not store.try_leader_lock(conn, REAPER_LOCK):
+        if not outbox.try_leader_lock(conn, REAPER_LOCK):
             return 0
-        rows = store.lost_items(conn, lost_after_s=settings.worker_lost_after_s,
+        rows = outbox.lost_items(conn, lost_after_s=settings.worker_lost_after_s,
                                 time_limit_s=settings.batch_item_time_limit_s + TIME_LIMIT_GRACE_S,
                                 judge_owners=judge_owners)
-        store.forget_stale_workers(conn, older_than_s=max(3600.0, settings.worker_lost_after_s * 10))
+        outbox.forget_stale_workers(conn, older_than_s=max(3600.0, settings.worker_lost_after_s * 10))
     done = 0
     for row in rows:
-        outcome = worker_lost_outcome() if row["owner_lost"] else time_limit_outcome()
-        if finalize_by_key(ctx.runtime, row["batch_id"], row["idx"], outcome, owner=row["worker_id"]):
+        outcome = outcomes.worker_lost() if row["owner_lost"] else outcomes.time_limit()
+        if finalize_by_key(ctx.runtime, row["batch_id"], row["idx"], outcome, owner=row["worker_id"],
+                           counter=ctx.worker_id):
             log.warning("batch item %s:%s discarded: %s", row["batch_id"], row["idx"], outcome.error)
             done += 1
     with ctx.runtime.pool.connection() as conn, conn.transaction():
-        if store.try_leader_lock(conn, REAPER_LOCK):
+        if outbox.try_leader_lock(conn, REAPER_LOCK):
             store.finish_batches(conn)
     return done
 
@@ -195,9 +197,11 @@ class Listener:
 
     def poll_cancelled(self) -> None:
         """Stop local running items whose batch is cancelled (a NOTIFY missed while reconnecting)."""
-        if not len(self.ctx.registry):
+        keys = self.ctx.registry.keys()
+        if not keys:
             return
         with self.ctx.runtime.pool.connection() as conn:
-            keys = store.cancelled_running(conn, self.ctx.worker_id)
+            cancelled = set(outbox.cancelled_batches(conn, sorted({batch_id for batch_id, _ in keys})))
         for key in keys:
-            self.ctx.registry.interrupt(key, "cancelled")
+            if key[0] in cancelled:
+                self.ctx.registry.interrupt(key, "cancelled")

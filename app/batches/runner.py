@@ -1,14 +1,21 @@
-"""Run one batch item: claim it, check credential and policy, load its request, call the pipeline, store the
-response, finalize it with exactly one usage event. Never raises for an item failure: the error belongs in
-Postgres, not in a dead-letter queue."""
+"""Run batch items: claim each, check credential and policy, load its request, call the pipeline, keep the
+response, and hand the item's final state with its one usage record to the writer. Never raises for an item
+failure: the error belongs in Postgres, not in a dead-letter queue.
+
+A message carries a few items of one batch; they run one after another on the thread that took the message, each
+claimed only when it starts (so a killed worker loses at most the items it was running, and `started_at` is true).
+Their final states are committed by the process's group writer, and the message is acknowledged only once they are.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -16,21 +23,24 @@ import psycopg
 
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
-from app.batches import store
+from app.batches import outcomes, store
+from app.batches.finals import final_of, finalize_now, item_event
+from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
-from app.db import Statement, autocommit, execute_together
+from app.db import autocommit
 from app.errors import RelayError
+from app.observability.logs import log_context
 from app.observability.metrics import observe_item
 from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
 from app.pipeline.interrupt import Interrupted, Interrupter
 from app.pipeline.types import InferenceCall
 from app.runtime import Runtime
-from app.usage.events import UsageEvent, record_usage
+from app.usage.writer import GroupWriter, ItemFinal, UsageRecord
 
 log = logging.getLogger("relay.batches.runner")
-FINALIZE_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to record an item's outcome
 CLAIM_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to claim an item
+FINAL_WAIT_S = 120.0  # how long a message waits for its items' final states to commit
 
 
 @dataclass
@@ -40,21 +50,15 @@ class WorkerContext:
     runtime: Runtime
     worker_id: str
     payloads: PayloadStore
+    writer: GroupWriter
+    threads: int = 8  # items this process runs at once
     registry: ItemRegistry = field(default_factory=ItemRegistry)
-    on_finalized: Callable[[], None] = lambda: None  # wakes the local dispatcher (the window has room)
+    stopping: threading.Event = field(default_factory=threading.Event)  # graceful stop: start no new item
+    finished: list[Any] = field(default_factory=list)  # callbacks run as items become final (the dispatcher)
 
-
-@dataclass(frozen=True)
-class Outcome:
-    """How an item ended: final state, error text and code, and the status of its usage event."""
-
-    state: str
-    error: str | None = None
-    error_code: str | None = None
-    status: int = 200
-    recorded: bool = False  # the pipeline already wrote this item's usage event
-    record: list[Statement] | None = field(default=None, compare=False)
-    # the pipeline's usage writes for this item, committed together with its final state
+    def on_finalized(self) -> None:
+        for callback in self.finished:
+            callback()
 
 
 @dataclass(frozen=True)
@@ -68,32 +72,73 @@ class ClaimedItem:
     started: float  # time.time() of the claim
 
 
+@dataclass
+class _Ending:
+    """What running an item produced: its outcome, the pipeline's usage record, where its response is kept."""
+
+    outcome: Outcome
+    record: UsageRecord | None = None
+    response: tuple[str, int, int] | None = None
+
+
+def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[int]:
+    """Run the items of one message; returns those not started because the worker is stopping (to hand back)."""
+    pending: list[Future[bool]] = []
+    for n, idx in enumerate(idxs):
+        if ctx.stopping.is_set() and n:
+            _wait(pending)
+            return list(idxs[n:])
+        with log_context(batch_id=str(batch_id), idx=idx):
+            _, future = _run_one(ctx, batch_id, idx)
+        if future is not None:
+            pending.append(future)
+    _wait(pending)
+    return []
+
+
 def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
-    """Run item IDX of BATCH_ID once; returns the state it ended in (or why nothing was done).
+    """Run item IDX of BATCH_ID once and wait for its final state to commit; the state (or why nothing ran)."""
+    state, future = _run_one(ctx, batch_id, idx)
+    if future is not None:
+        _wait([future])
+    return state
+
+
+def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[bool] | None]:
+    """Run item IDX of BATCH_ID once; its final state and the future of its commit (None when nothing ran here).
 
     The item is registered before the claim, so a cancel committed right after the claim finds it here.
     """
     key, interrupter = (batch_id, idx), Interrupter()
     if not ctx.registry.add(key, interrupter):
-        return "duplicate"  # the same item is running on this worker
+        return "duplicate", None  # the same item is running on this worker
     try:
         row, retried = _claim(ctx, batch_id, idx)
         if row is None:
-            return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried)
+            return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried), None
         item = _claimed(row, idx)
         deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
         ctx.registry.set_deadline(key, deadline)
         try:
-            outcome = _execute(ctx, item, interrupter, deadline)
+            ending = _execute(ctx, item, interrupter, deadline)
         except Exception:
             log.exception("batch item %s:%s failed unexpectedly", batch_id, idx)
-            outcome = _stopped(interrupter) or Outcome("discarded", "internal error while running the item",
-                                                       "internal_error", 500)
+            ending = _Ending(_stopped(interrupter) or outcomes.internal_error())
     finally:
         ctx.registry.remove(key)
         interrupter.release()
-    finalize(ctx, item, outcome)
-    return outcome.state
+    observe_item(ending.outcome.state, time.time() - item.started)
+    future = ctx.writer.finalize(_final(item, ending, ctx.worker_id))
+    ctx.on_finalized()
+    return ending.outcome.state, future
+
+
+def _wait(futures: list[Future[bool]]) -> None:
+    for future in futures:
+        try:
+            future.result(FINAL_WAIT_S)
+        except Exception as exc:  # left running: the reaper settles it once its time limit is long past
+            log.error("a batch item's final state was not committed: %s", exc)
 
 
 def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool]:
@@ -113,115 +158,78 @@ def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any]
     raise AssertionError("unreachable")
 
 
-def time_limit_outcome() -> Outcome:
-    """The outcome of an item stopped by its time limit."""
-    return Outcome("discarded", "time limit exceeded", "time_limit_exceeded", 504)
-
-
-def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, deadline: float) -> Outcome:
-    """Everything between the claim and the final update; returns the outcome instead of raising."""
-    runtime = ctx.runtime
-    early = _precheck(runtime, item)
+def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, deadline: float) -> _Ending:
+    """Everything between the claim and the final state; returns how the item ended instead of raising."""
+    early = _precheck(ctx.runtime, item)
     if early is not None:
-        return early
+        return _Ending(early)
     try:
         body = json.loads(ctx.payloads.read_request(item.batch_id, item.idx))
     except (PayloadMissing, ValueError) as exc:
-        return Outcome("discarded", f"load input: cannot read the item's request file ({exc})",
-                       "load_input_failed", 500)
+        return _Ending(outcomes.load_input_failed(exc))
     call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
                          source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
                          batch_id=item.batch_id, batch_idx=item.idx, deadline=deadline, interrupter=interrupter,
                          started_at=item.started, record_later=True)
     try:
-        result = run_inference(runtime, call)
+        result = run_inference(ctx.runtime, call)
     except Interrupted as exc:
-        return _stopped(interrupter) or _interrupted(exc.reason)
+        return _Ending(_stopped(interrupter) or outcomes.interrupted(exc.reason), call.pending)
     except RelayError as exc:
-        return _stopped(interrupter) or Outcome("discarded", exc.message, exc.code, exc.status, recorded=True)
+        return _Ending(_stopped(interrupter) or outcomes.pipeline_rejection(exc), call.pending)
     stopped = _stopped(interrupter)
     if stopped is not None:
-        return replace(stopped, record=result.record)
+        return _Ending(stopped, call.pending)
     if not 200 <= result.status < 300:
-        return Outcome("discarded", f"upstream returned status {result.status}", "upstream_error", result.status,
-                       recorded=True, record=result.record)
-    return replace(_store_response(ctx, item, result.body or b""), record=result.record)
+        return _Ending(outcomes.upstream_error(result.status), call.pending)
+    return _store_response(ctx, item, result.body or b"", call.pending)
 
 
 def _precheck(runtime: Runtime, item: ClaimedItem) -> Outcome | None:
     """The batch's policy must still exist and be enabled, and the submitting credential must still work."""
     policy = get_policy(runtime, item.policy_id)
     if policy is None:
-        return Outcome("discarded", "the batch's policy was deleted", "policy_deleted", 403)
+        return outcomes.policy_deleted()
     if not policy.enabled:
-        return Outcome("discarded", "the batch's policy is disabled", "policy_disabled", 403)
+        return outcomes.policy_disabled()
     try:
         recheck_caller(runtime, item.caller)
     except RelayError as exc:
-        return Outcome("discarded", f"the submitting credential stopped working: {exc.message}", exc.code, 401)
+        return outcomes.credential_stopped(exc)
     return None
 
 
-def _store_response(ctx: WorkerContext, item: ClaimedItem, body: bytes) -> Outcome:
+def _store_response(ctx: WorkerContext, item: ClaimedItem, body: bytes, record: UsageRecord | None) -> _Ending:
     """Keep the upstream's answer whole (one JSON document on one line, so JSON Lines results stay valid)."""
     try:
         document = json.loads(body)
     except ValueError:
-        return Outcome("discarded", "the upstream's answer is not JSON", "invalid_upstream_response", 502, True)
+        return _Ending(outcomes.invalid_upstream_response(), record)
     if b"\n" in body or b"\r" in body:
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     try:
-        ctx.payloads.write_response(item.batch_id, item.idx, body)
+        ref = ctx.payloads.append_response(item.batch_id, item.idx, body)
     except PayloadStoreUnavailable as exc:
-        return Outcome("discarded", f"cannot store the response: {exc.message}", exc.code, 507, True)
-    return Outcome("completed", recorded=True)
+        return _Ending(outcomes.store_failed(exc), record)
+    return _Ending(outcomes.completed(), record, (ref.segment, ref.offset, ref.length))
 
 
 def _stopped(interrupter: Interrupter) -> Outcome | None:
     """The outcome forced by an interrupt (cancel or time limit), if one happened."""
-    return _interrupted(interrupter.reason) if interrupter.reason else None
+    return outcomes.interrupted(interrupter.reason) if interrupter.reason else None
 
 
-def _interrupted(reason: str) -> Outcome:
-    if reason == "cancelled":
-        return Outcome("cancelled", "cancelled while running", "batch_cancelled", 499)
-    return time_limit_outcome()
-
-
-def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
-    """running (ours) → final state + usage event (unless the pipeline wrote it); retried through a database
-    blip, since an item left running under a live worker is only reaped after its time limit."""
-    for delay in FINALIZE_RETRIES_S:
-        try:
-            _finalize_once(ctx, item, outcome)
-            break
-        except psycopg.OperationalError as exc:
-            log.warning("finalizing %s:%s failed (%s); retrying in %.0fs", item.batch_id, item.idx, exc, delay)
-            time.sleep(delay)
-    else:
-        _finalize_once(ctx, item, outcome)
-    observe_item(outcome.state, time.time() - item.started)
-    ctx.on_finalized()
-
-
-def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
-    if outcome.record is not None:  # the final state and the pipeline's usage writes: one atomic statement
-        final = store.finalize_statement(item.batch_id, item.idx, state=outcome.state, error=outcome.error,
-                                         error_code=outcome.error_code, worker_id=ctx.worker_id)
-        with autocommit(ctx.runtime.pool) as conn:
-            execute_together(conn, [final, *outcome.record])
-        return
-    if outcome.recorded:
-        with autocommit(ctx.runtime.pool) as conn:
-            store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
-                                error_code=outcome.error_code, worker_id=ctx.worker_id)
-        return
-    with ctx.runtime.pool.connection() as conn, conn.transaction():
-        done = store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
-                                   error_code=outcome.error_code, worker_id=ctx.worker_id)
-        if done and not outcome.recorded:
-            record_usage(conn, usage_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model,
-                                           outcome, started=item.started))
+def _final(item: ClaimedItem, ending: _Ending, worker_id: str) -> ItemFinal:
+    """The item's final state with its one usage record: the pipeline's when the call reached it (carrying the
+    outcome's status and code when they differ), else an event with no tokens."""
+    outcome, record = ending.outcome, ending.record
+    if record is None:
+        record = UsageRecord(item_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model, outcome,
+                                        started=item.started))
+    elif outcome.state != "completed" and record.event.error_code is None:
+        record.event.status, record.event.error_code = outcome.status, outcome.error_code
+    return ItemFinal(item.batch_id, item.idx, outcome.state, outcome.error, outcome.error_code, record,
+                     worker_id=worker_id, response=ending.response)
 
 
 def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:
@@ -235,57 +243,18 @@ def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_
     if row is None:
         return "unknown"
     if row["state"] == "queued" and row["batch_status"] == "cancelled":
-        outcome = Outcome("cancelled", "cancelled", "batch_cancelled", 499)
-        done = finalize_by_key(ctx.runtime, batch_id, idx, outcome, from_state="queued")
+        outcome, source, owner = outcomes.cancelled_queued(), "queued", None
     elif row["state"] == "running" and row["worker_id"] == ctx.worker_id and own_claim_unknown:
-        outcome = claim_interrupted_outcome()
-        done = finalize_by_key(ctx.runtime, batch_id, idx, outcome, owner=ctx.worker_id)
+        outcome, source, owner = outcomes.claim_interrupted(), "running", ctx.worker_id
     elif row["state"] == "running" and row["owner_lost"] and row["worker_id"] != ctx.worker_id:
-        outcome = worker_lost_outcome()
-        done = finalize_by_key(ctx.runtime, batch_id, idx, outcome, owner=row["worker_id"])
+        outcome, source, owner = outcomes.worker_lost(), "running", row["worker_id"]
     else:
         return "duplicate"
+    done = finalize_now(ctx.runtime, [final_of(row, idx, outcome, from_state=source, owner=owner)],
+                        counter=ctx.worker_id)
     return outcome.state if done else "duplicate"
-
-
-def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome, *, from_state: str = "running",
-                    owner: str | None = None) -> bool:
-    """FROM_STATE (owned by OWNER if given) → OUTCOME, with its usage event; False if the item had moved on."""
-    with runtime.pool.connection() as conn, conn.transaction():
-        row = store.item_status(conn, batch_id, idx, runtime.settings.worker_lost_after_s)
-        if row is None or not store.finalize_item(conn, batch_id, idx, state=outcome.state, error=outcome.error,
-                                                  error_code=outcome.error_code, from_state=from_state,
-                                                  worker_id=owner):
-            return False
-        record_usage(conn, usage_event(caller_from_row(row), row["policy_id"], batch_id, idx, row["model"], outcome))
-    return True
-
-
-def claim_interrupted_outcome() -> Outcome:
-    return Outcome("discarded", "claim interrupted: the database connection dropped while the item was claimed",
-                   "claim_interrupted", 503)
-
-
-def worker_lost_outcome() -> Outcome:
-    return Outcome("discarded", "worker lost: the worker running the item stopped", "worker_lost", 500)
-
-
-def usage_event(caller: Caller, policy_id: UUID, batch_id: UUID, idx: int, model: str | None, outcome: Outcome,
-                started: float | None = None) -> UsageEvent:
-    """The usage event of an item that did not reach (or did not finish) the pipeline: no tokens."""
-    return UsageEvent.for_caller(caller, request_id=f"{batch_id}:{idx}", source="batch", status=outcome.status,
-                                 policy_id=policy_id, started=started, error_code=outcome.error_code,
-                                 model_requested=model, route="/v1/batches", batch_id=batch_id, batch_idx=idx)
-
-
-def caller_from_row(row: dict[str, Any]) -> Caller:
-    """The submitting caller, rebuilt from the attribution recorded on the batch."""
-    return Caller(credential_kind=row["credential_kind"], credential_id=row["credential_id"],
-                  relay_key_hash=bytes(row["relay_key_hash"]) if row["relay_key_hash"] is not None else None,
-                  principal_kind=row["principal_kind"], principal_id=row["principal_id"],
-                  policy_id=row["policy_id"], project_id=row["project_id"], team_id=row["team_id"])
 
 
 def _claimed(row: dict[str, Any], idx: int) -> ClaimedItem:
     return ClaimedItem(batch_id=row["id"], idx=idx, shape=row["shape"], policy_id=row["policy_id"],
-                       caller=caller_from_row(row), model=row["model"], started=row["started_at"].timestamp())
+                       caller=Caller.from_row(row), model=row["model"], started=row["started_at"].timestamp())

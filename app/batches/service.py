@@ -13,17 +13,16 @@ from uuid import UUID, uuid4
 
 import psycopg
 
-from app.auth_model import Caller
+from app.auth_model import ATTRIBUTION, Caller
 from app.batches import store
 from app.batches.errors import BatchBodyTooLarge, BatchNotFound
+from app.batches.finals import cancel_queued
 from app.batches.intake import ParsedBatch, parse_batch
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
 
 RESULTS_CHUNK = 2000
-_ATTRIBUTION = ("policy_id", "project_id", "team_id", "principal_kind", "principal_id", "credential_kind",
-                "credential_id")
 _STATES = ("queued", "running", "completed", "discarded", "cancelled")
 _payloads_lock = threading.Lock()
 
@@ -67,10 +66,7 @@ def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, 
     caller commits only after both are done (the files durable first)."""
     batch = {
         "id": batch_id, "shape": parsed.shape, "metadata": _jsonb(parsed.metadata), "total": parsed.count,
-        "owner": caller.owner, "relay_key_hash": caller.relay_key_hash, "policy_id": caller.policy_id,
-        "project_id": caller.project_id, "team_id": caller.team_id, "principal_kind": caller.principal_kind,
-        "principal_id": caller.principal_id, "credential_kind": caller.credential_kind,
-        "credential_id": caller.credential_id,
+        "owner": caller.owner, **caller.attribution(),
     }
 
     def insert() -> dict[str, Any]:
@@ -92,7 +88,7 @@ def get_batch(runtime: Runtime, caller: Caller, batch_id: str, *, state: str | N
     """The batch object with counts and one page of items (optionally of one state)."""
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
-        counts = store.item_counts(conn, row["id"])
+        counts = store.item_counts(conn, row["id"], row["total"])
         if row["finished_at"] is None and not counts.get("queued") and not counts.get("running"):
             row["finished_at"] = store.finish_batch(conn, row["id"])
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit) if limit else []
@@ -114,12 +110,13 @@ def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     with runtime.pool.connection() as conn:
         with conn.transaction():
             row = _owned(conn, caller, batch_id)
-            store.cancel_batch(conn, row["id"])
+            store.mark_cancelled(conn, row["id"])
+            cancel_queued(conn, row)
             store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
         with conn.transaction():
             store.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
-        counts = store.item_counts(conn, row["id"])
+        counts = store.item_counts(conn, row["id"], row["total"])
     return batch_view(fresh, counts, items=[], next_after=-1)
 
 
@@ -176,7 +173,7 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
     view = {"id": row["id"], "object": "batch", "status": row["status"], "shape": row["shape"],
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
             "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"]}
-    view.update({name: row[name] for name in _ATTRIBUTION})
+    view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view
 
 

@@ -1,9 +1,11 @@
 """Batch SQL: batches, their items and the workers' heartbeats. Every function takes a connection; the caller
 owns the transaction.
 
-Lock order, to stay free of deadlocks: cancel locks the batch row, then its queued items; finalizing locks
-one running item only (finished_at is set afterwards by finish_batch, on read or by the reaper, so items of one
-batch never queue on its row); the dispatcher locks queued items only.
+Item rows change only in columns no index covers, so their updates stay HOT: counts per state live in
+`batch_progress` (each worker process counts in its own row), the outbox is `batches.published_upto`.
+Lock order, to stay free of deadlocks: cancel locks the batch row, then its queued items; a claim or a final state
+locks one item and this process's progress row; finished_at is set afterwards by finish_batch (on read or by the
+reaper), so items of one batch never queue on its row. Dispatcher, heartbeat and reaper SQL is in `outbox.py`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ Conn = Connection[Any]
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
 FINAL_STATES = ("completed", "discarded", "cancelled")
+ITEM_STATES = ("queued", "running", *FINAL_STATES)
 _BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at"
@@ -66,13 +69,6 @@ def get_batch(conn: Conn, batch_id: UUID, owner: str | None = None) -> Row | Non
     return conn.execute(sql, params).fetchone()  # type: ignore[no-any-return]
 
 
-def item_counts(conn: Conn, batch_id: UUID) -> dict[str, int]:
-    """Number of items in each state."""
-    rows = conn.execute("SELECT state, count(*) AS n FROM batch_items WHERE batch_id = %s GROUP BY state",
-                        (batch_id,)).fetchall()
-    return {r["state"]: int(r["n"]) for r in rows}
-
-
 def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int) -> list[Row]:
     """A page of items in idx order, optionally of one state."""
     sql = ("SELECT idx, state, model, error, error_code, started_at, finished_at FROM batch_items"
@@ -106,58 +102,50 @@ def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[t
     return cur.fetchall()  # type: ignore[no-any-return]
 
 
-def cancel_batch(conn: Conn, batch_id: UUID) -> int:
-    """Mark the batch cancelled (once) and its queued items cancelled with one usage event each; count them."""
+def item_counts(conn: Conn, batch_id: UUID, total: int) -> dict[str, int]:
+    """Number of items in each state, from the batch's progress counters."""
+    row = conn.execute("SELECT coalesce(sum(running), 0) AS running, coalesce(sum(completed), 0) AS completed,"
+                       " coalesce(sum(discarded), 0) AS discarded, coalesce(sum(cancelled), 0) AS cancelled"
+                       " FROM batch_progress WHERE batch_id = %s", (batch_id,)).fetchone()
+    counts = {state: int(row[state]) for state in ITEM_STATES[1:]} if row else dict.fromkeys(ITEM_STATES[1:], 0)
+    counts["queued"] = total - sum(counts.values())
+    return counts
+
+
+def mark_cancelled(conn: Conn, batch_id: UUID) -> None:
+    """Mark the batch cancelled (once); its queued items are finalized by the caller."""
     conn.execute("UPDATE batches SET status = 'cancelled', cancelled_at = coalesce(cancelled_at, now())"
                  " WHERE id = %s", (batch_id,))
-    cur = conn.execute(_CANCEL_QUEUED, {"batch_id": batch_id})
-    return cur.rowcount
 
 
-_CANCEL_QUEUED = """
-WITH cancelled AS (
-    UPDATE batch_items SET state = 'cancelled', error = 'cancelled', error_code = 'batch_cancelled',
-           finished_at = now()
-    WHERE batch_id = %(batch_id)s AND state = 'queued'
-    RETURNING batch_id, idx, model
+def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[tuple[int, str | None]]:
+    """(idx, model) of the batch's queued items after AFTER, in idx order."""
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.execute("SELECT idx, model FROM batch_items WHERE batch_id = %s AND idx > %s AND state = 'queued'"
+                " ORDER BY idx LIMIT %s", (batch_id, after, limit))
+    return cur.fetchall()  # type: ignore[no-any-return]
+
+
+_CLAIM = """
+WITH claimed AS (
+    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b
+    WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
+      AND b.status = 'queued'
+    RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
+              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.started_at
+), counted AS (
+    INSERT INTO batch_progress AS p (batch_id, counter, running) SELECT id, %(counter)s, 1 FROM claimed
+    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + 1
 )
-INSERT INTO usage_events (request_id, source, started_at, status, error_code, credential_kind, credential_id,
-    relay_key_hash, principal_kind, principal_id, policy_id, project_id, team_id, model_requested,
-    batch_id, batch_idx)
-SELECT c.batch_id::text || ':' || c.idx, 'batch', now(), 499, 'batch_cancelled', b.credential_kind,
-       b.credential_id, b.relay_key_hash, b.principal_kind, b.principal_id, b.policy_id, b.project_id, b.team_id,
-       c.model, c.batch_id, c.idx
-FROM cancelled c JOIN batches b ON b.id = c.batch_id
-ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING
+SELECT * FROM claimed
 """
 
 
-def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
-    """Record finished_at (the last item's finish time) once no item is queued or running; None if not yet."""
-    row = conn.execute(
-        "UPDATE batches b SET finished_at = coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id),"
-        " now()) WHERE id = %s AND finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM batch_items i"
-        " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running')) RETURNING finished_at", (batch_id,)).fetchone()
-    return row["finished_at"] if row else None
-
-
-def finish_batches(conn: Conn) -> int:
-    """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
-    cur = conn.execute(
-        "UPDATE batches b SET finished_at = coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id),"
-        " now()) WHERE finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM batch_items i"
-        " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running'))")
-    return cur.rowcount
-
-
-def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str) -> Row | None:
-    """queued → running for WORKER_ID unless the batch is cancelled; the batch row (+ item model) or None."""
-    return conn.execute(  # type: ignore[no-any-return]
-        "UPDATE batch_items i SET state = 'running', worker_id = %s, started_at = now() FROM batches b"
-        " WHERE i.batch_id = %s AND i.idx = %s AND i.state = 'queued' AND b.id = i.batch_id AND b.status = 'queued'"
-        " RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,"
-        " b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.started_at",
-        (worker_id, batch_id, idx)).fetchone()
+def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None) -> Row | None:
+    """queued → running for WORKER_ID unless the batch is cancelled (counted in COUNTER's progress row, by default
+    the worker's own); the batch row (+ item model) or None."""
+    return conn.execute(_CLAIM, {"worker": worker_id, "batch_id": batch_id, "idx": idx,  # type: ignore[no-any-return]
+                                 "counter": worker_id if counter is None else counter}).fetchone()
 
 
 def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Row | None:
@@ -171,126 +159,21 @@ def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Ro
         (lost_after_s, batch_id, idx)).fetchone()
 
 
-def finalize_item(conn: Conn, batch_id: UUID, idx: int, *, state: str, error: str | None, error_code: str | None,
-                  from_state: str = "running", worker_id: str | None = None) -> bool:
-    """FROM_STATE (owned by WORKER_ID when given) → a final STATE; False when the item was not in that state."""
-    statement = finalize_statement(batch_id, idx, state=state, error=error, error_code=error_code,
-                                   from_state=from_state, worker_id=worker_id)
-    return conn.execute(*statement).rowcount == 1
+_FINISHED = ("finished_at IS NULL AND total <= (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0)"
+             " FROM batch_progress p WHERE p.batch_id = b.id)")
+_LAST_FINISH = "coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id), now())"
 
 
-def finalize_statement(batch_id: UUID, idx: int, *, state: str, error: str | None, error_code: str | None,
-                       from_state: str = "running", worker_id: str | None = None) -> tuple[str, list[Any]]:
-    """The update finalize_item makes."""
-    sql = ("UPDATE batch_items SET state = %s, error = %s, error_code = %s, finished_at = now()"
-           " WHERE batch_id = %s AND idx = %s AND state = %s")
-    params: list[Any] = [state, error, error_code, batch_id, idx, from_state]
-    if worker_id is not None:
-        sql += " AND worker_id = %s"
-        params.append(worker_id)
-    return sql, params
+def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
+    """Record finished_at (the last item's finish time) once every item is final; None if not yet."""
+    row = conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE id = %s AND {_FINISHED}"
+                       " RETURNING finished_at", (batch_id,)).fetchone()
+    return row["finished_at"] if row else None
 
 
-def heartbeat(conn: Conn, worker_id: str, hostname: str, pid: int) -> None:
-    """Record that WORKER_ID is alive now."""
-    conn.execute("INSERT INTO workers (id, hostname, pid) VALUES (%s, %s, %s)"
-                 " ON CONFLICT (id) DO UPDATE SET last_seen = now()", (worker_id, hostname, pid))
-
-
-def remove_worker(conn: Conn, worker_id: str) -> None:
-    conn.execute("DELETE FROM workers WHERE id = %s", (worker_id,))
-
-
-def cancelled_running(conn: Conn, worker_id: str) -> list[tuple[UUID, int]]:
-    """(batch_id, idx) of items running on WORKER_ID whose batch is cancelled."""
-    rows = conn.execute("SELECT i.batch_id, i.idx FROM batch_items i JOIN batches b ON b.id = i.batch_id"
-                        " WHERE i.state = 'running' AND i.worker_id = %s AND b.status = 'cancelled'",
-                        (worker_id,)).fetchall()
-    return [(r["batch_id"], r["idx"]) for r in rows]
-
-
-def try_leader_lock(conn: Conn, lock_id: int) -> bool:
-    """A transaction-scoped advisory lock: only one replica does this job at a time."""
-    row = conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS ok", (lock_id,)).fetchone()
-    return bool(row and row["ok"])
-
-
-def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, judge_owners: bool = True,
-               limit: int = 500) -> list[Row]:
-    """Running items whose worker stopped heartbeating (only when JUDGE_OWNERS), or that ran past TIME_LIMIT_S;
-    locked for update."""
-    return conn.execute(
-        "SELECT i.batch_id, i.idx, i.model, i.worker_id,"
-        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %(lost)s)) AS owner_lost"
-        " FROM batch_items i LEFT JOIN workers w ON w.id = i.worker_id"
-        " WHERE i.state = 'running' AND ((%(owners)s AND (w.last_seen IS NULL"
-        " OR w.last_seen < now() - make_interval(secs => %(lost)s)))"
-        " OR i.started_at < now() - make_interval(secs => %(limit_s)s))"
-        " ORDER BY i.started_at LIMIT %(limit)s FOR UPDATE OF i SKIP LOCKED",
-        {"lost": lost_after_s, "owners": judge_owners, "limit_s": time_limit_s, "limit": limit}).fetchall()
-
-
-def batch_attribution(conn: Conn, batch_id: UUID) -> Row | None:
-    """The batch columns a usage event is attributed with."""
-    return conn.execute(
-        "SELECT id, policy_id, project_id, team_id, principal_kind, principal_id, credential_kind, credential_id,"
-        " relay_key_hash FROM batches WHERE id = %s", (batch_id,)).fetchone()
-
-
-def forget_stale_workers(conn: Conn, older_than_s: float) -> None:
-    """Drop heartbeat rows of workers gone for long and owning no running item."""
-    conn.execute("DELETE FROM workers w WHERE last_seen < now() - make_interval(secs => %s) AND NOT EXISTS"
-                 " (SELECT 1 FROM batch_items i WHERE i.state = 'running' AND i.worker_id = w.id)", (older_than_s,))
-
-
-def in_flight(conn: Conn) -> int:
-    """Published items not yet final, across all batches (the dispatch window)."""
-    row = conn.execute("SELECT count(*) AS n FROM batch_items"
-                       " WHERE published_at IS NOT NULL AND state IN ('queued', 'running')").fetchone()
-    return int(row["n"]) if row else 0
-
-
-def undispatched_batches(conn: Conn) -> int:
-    """Batches (not cancelled) that still have unpublished items."""
-    row = conn.execute("SELECT count(*) AS n FROM batches WHERE dispatched_at IS NULL AND status = 'queued'").fetchone()
-    return int(row["n"]) if row else 0
-
-
-def pick_unpublished(conn: Conn, *, limit: int, per_batch: int) -> list[tuple[UUID, int]]:
-    """Lock up to LIMIT unpublished queued items, at most PER_BATCH from each batch, oldest batches first."""
-    cur = conn.cursor(row_factory=tuple_row)
-    cur.execute(
-        "SELECT i.batch_id, i.idx FROM (SELECT id, created_at FROM batches WHERE dispatched_at IS NULL"
-        "  AND status = 'queued' ORDER BY created_at, id LIMIT 100) b"
-        " CROSS JOIN LATERAL (SELECT batch_id, idx FROM batch_items WHERE batch_id = b.id"
-        "  AND published_at IS NULL AND state = 'queued' ORDER BY idx LIMIT %s FOR UPDATE SKIP LOCKED) i"
-        " ORDER BY b.created_at, b.id, i.idx LIMIT %s", (per_batch, limit))
-    return [(r[0], r[1]) for r in cur.fetchall()]
-
-
-def mark_published(conn: Conn, keys: Sequence[tuple[UUID, int]]) -> None:
-    """Set published_at on the given items."""
-    batch_ids = [k[0] for k in keys]
-    idxs = [k[1] for k in keys]
-    conn.execute("UPDATE batch_items i SET published_at = now() FROM unnest(%s::uuid[], %s::int[]) AS k(b, x)"
-                 " WHERE i.batch_id = k.b AND i.idx = k.x", (batch_ids, idxs))
-
-
-def mark_dispatched(conn: Conn) -> None:
-    """Batches with nothing left to publish get dispatched_at (the dispatcher stops looking at them)."""
-    conn.execute("UPDATE batches b SET dispatched_at = now() WHERE dispatched_at IS NULL AND status = 'queued'"
-                 " AND NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id AND i.published_at IS NULL"
-                 " AND i.state = 'queued')")
-
-
-def unpublish_stale(conn: Conn, older_than_s: float) -> int:
-    """Queued items published long ago (their message was lost): publish them again (the claim dedupes)."""
-    cur = conn.execute(
-        "WITH stale AS (UPDATE batch_items i SET published_at = NULL FROM batches b"
-        " WHERE b.id = i.batch_id AND b.status = 'queued' AND i.state = 'queued'"
-        " AND i.published_at < now() - make_interval(secs => %s) RETURNING i.batch_id)"
-        " UPDATE batches SET dispatched_at = NULL WHERE id IN (SELECT batch_id FROM stale)", (older_than_s,))
-    return cur.rowcount
+def finish_batches(conn: Conn) -> int:
+    """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
+    return conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE {_FINISHED}").rowcount
 
 
 def _copy_text(value: str) -> str:

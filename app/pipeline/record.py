@@ -1,5 +1,6 @@
-"""The pipeline's bookkeeping: the usage event, rate-limit tokens, breaker updates and payload logs,
-written as one atomic statement when the call ends (or is rejected)."""
+"""The pipeline's bookkeeping: the usage event, rate-limit tokens, breaker updates and payload logs, gathered into
+one usage record when the call ends (or is rejected) and handed to the usage writer (a batch item's record is left
+on the call, for the item's final commit)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.base import Usage
 from app.catalog.model import HostKey
-from app.db import Statement, autocommit, execute_together
+from app.db import Statement
 from app.errors import RelayError
 from app.pipeline import keypool, ratelimit
 from app.pipeline.payload_log import PayloadLog, payload_log_statement
 from app.pipeline.plan import Plan
 from app.pipeline.types import InferenceCall, InferenceResult
-from app.usage.events import UsageEvent, cost_nanos, usage_statement
+from app.usage.events import UsageEvent, cost_nanos
+from app.usage.writer import UsageRecord, write_now
 
 if TYPE_CHECKING:
     from app.pipeline.routing import Route
@@ -52,37 +54,35 @@ class Recorder:
         """Record a whole (non-streamed) upstream answer and build the result."""
         usage = _usage_of(plan, body) if status < 300 else Usage()
         error_code = None if status < 300 else "upstream_error"
-        pending = self.record(status=status, error_code=error_code, usage=usage, upstream_status=status,
-                              payload=(self.call.body, body), later=self.call.record_later)
+        self.record(status=status, error_code=error_code, usage=usage, upstream_status=status,
+                    payload=(self.call.body, body))
         if plan.canonical and status < 300:
             from adapters.canonical import from_shape
 
             body = json.dumps(from_shape(plan.adapter.shape, json.loads(body))).encode()
         return InferenceResult(status=status, body=body, content_type=content_type.split(";")[0],
                                error_code=error_code, usage=usage,
-                               headers=self.reservation.headers() if self.reservation else {}, record=pending)
+                               headers=self.reservation.headers() if self.reservation else {})
 
     def record(self, *, status: int, error_code: str | None, usage: Usage, upstream_status: int | None = None,
-               streamed: bool = False, payload: tuple[Any, bytes] | None = None,
-               later: bool = False) -> list[Statement] | None:
-        """Write the usage event, token counts, breaker changes and payload log as one atomic statement; with
-        LATER, return those writes for the caller's own transaction instead."""
+               streamed: bool = False, payload: tuple[Any, bytes] | None = None) -> None:
+        """Gather the usage event and its side writes into one record: written now (live calls), or left on the
+        call for the batch item's final commit (record_later)."""
         self.recorded = True
-        statements = self._statements(self._event(status, error_code, usage, upstream_status, streamed), usage,
-                                      payload)
+        event = self._event(status, error_code, usage, upstream_status, streamed)
+        extra = self._statements(usage, payload)
         try:
-            if later:
-                return statements
-            with autocommit(self.runtime.pool) as conn:
-                execute_together(conn, statements)
-            return None
+            if self.call.record_later:
+                self.call.pending = UsageRecord(event, tuple(extra))
+            else:
+                write_now(self.runtime.pool, UsageRecord(event, tuple(extra)))
         finally:
             if self.call.interrupter is not None and not streamed:
                 self.call.interrupter.release()
 
-    def _statements(self, event: UsageEvent, usage: Usage, payload: tuple[Any, bytes] | None) -> list[Statement]:
-        """The writes that record this call (each key appears once: it is either the used one or failed once)."""
-        statements = [usage_statement(event)]
+    def _statements(self, usage: Usage, payload: tuple[Any, bytes] | None) -> list[Statement]:
+        """The side writes of this call (each key appears once: it is either the used one or failed once)."""
+        statements: list[Statement] = []
         if self.reservation is not None:
             statements += ratelimit.token_statements(self.reservation, usage.total)
         policy = self.route.policy if self.route else None

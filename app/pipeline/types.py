@@ -9,8 +9,8 @@ from uuid import UUID
 
 from adapters.base import Usage
 from app.auth_model import Caller
-from app.db import Statement
 from app.pipeline.interrupt import Interrupter
+from app.usage.writer import UsageRecord
 
 
 @dataclass
@@ -27,7 +27,8 @@ class InferenceCall:
     deadline: float | None = None  # time.monotonic() by which the call must end
     interrupter: Interrupter | None = None  # lets another thread stop the upstream call
     started_at: float = 0.0  # time.time() when the call began (set by the pipeline if 0)
-    record_later: bool = False  # a whole answer's usage writes come back in InferenceResult.record (batch items)
+    record_later: bool = False  # batch items: the usage record is left in `pending` for the item's final commit
+    pending: UsageRecord | None = None  # with record_later: the call's usage record, once it ended or was refused
 
 
 @dataclass
@@ -39,6 +40,3 @@ class InferenceResult:
     headers: dict[str, str] = field(default_factory=dict)
     error_code: str | None = None  # set when status is not 2xx
     usage: Usage = field(default_factory=Usage)
-    # With call.record_later: the usage event, token counts and breaker updates, for the caller to commit with
-    # the call's outcome (a batch item's final state) in one statement (app.db.execute_together).
-    record: list[Statement] | None = None

@@ -8,8 +8,6 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from uuid import UUID
 
-from psycopg import Connection
-
 from adapters.base import Usage
 from app.auth_model import Caller
 from app.catalog.model import Pricing
@@ -52,6 +50,10 @@ class UsageEvent:
     batch_id: UUID | None = None
     batch_idx: int | None = None
 
+    def values(self) -> list[object]:
+        """The column values, in COLUMNS order."""
+        return [getattr(self, name) for name in COLUMNS]
+
     @classmethod
     def for_caller(cls, caller: Caller, *, request_id: str, source: str, status: int, policy_id: UUID | None,
                    started: float | None = None, **extra: object) -> UsageEvent:
@@ -68,22 +70,16 @@ class UsageEvent:
         )
 
 
-_COLUMNS = [f.name for f in fields(UsageEvent)]
+COLUMNS = [f.name for f in fields(UsageEvent)]
 _INSERT = (
-    f"INSERT INTO usage_events ({', '.join(_COLUMNS)}) VALUES ({', '.join(['%s'] * len(_COLUMNS))})"
+    f"INSERT INTO usage_events ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
     " ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING"
 )
 
 
 def usage_statement(event: UsageEvent) -> Statement:
     """The insert of EVENT (a second event for the same batch item is ignored)."""
-    return _INSERT, [getattr(event, name) for name in _COLUMNS]
-
-
-def record_usage(conn: Connection, event: UsageEvent) -> bool:
-    """Insert EVENT; for batch items a second event for the same item is ignored. True if inserted."""
-    cur = conn.execute(*usage_statement(event))
-    return cur.rowcount == 1
+    return _INSERT, event.values()
 
 
 def cost_nanos(pricing: Pricing | None, usage: Usage) -> int | None:

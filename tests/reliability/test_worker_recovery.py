@@ -10,10 +10,11 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from app.batches import runner, store
+from app.batches import outbox, runner, store
 from app.batches.monitor import Heartbeat, reap
 from app.batches.runner import WorkerContext, run_item
 from app.batches.service import payload_store
+from app.usage.writer import GroupWriter
 from tests.reliability.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -22,12 +23,15 @@ pytestmark = pytest.mark.integration
 @pytest.fixture()
 def ctx(shared: Stack) -> Iterator[WorkerContext]:
     """A worker context in the test process (no worker process runs: items stay where the test puts them)."""
-    context = WorkerContext(runtime=shared.runtime, worker_id=f"test-worker-{id(shared)}",
-                            payloads=payload_store(shared.runtime))
+    worker_id = f"test-worker-{id(shared)}"
+    payloads = payload_store(shared.runtime)
+    context = WorkerContext(runtime=shared.runtime, worker_id=worker_id, payloads=payloads,
+                            writer=GroupWriter(shared.runtime.pool, counter=worker_id, before_commit=payloads.sync))
     Heartbeat(context).beat()
     yield context
+    context.writer.close()
     with shared.runtime.pool.connection() as conn:
-        store.remove_worker(conn, context.worker_id)
+        outbox.remove_worker(conn, context.worker_id)
 
 
 @pytest.fixture()
@@ -116,7 +120,7 @@ def test_the_reaper_discards_items_of_a_silent_worker_only_when_told_it_can_judg
     key = shared.new_key("kill")
     batch_id = shared.submit(key, "ghost", 1)
     with shared.runtime.pool.connection() as conn:
-        store.heartbeat(conn, "ghost-worker", "elsewhere", 1)
+        outbox.heartbeat(conn, "ghost-worker", "elsewhere", 1)
         conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'ghost-worker'")
         assert store.claim_item(conn, UUID(batch_id), 0, "ghost-worker") is not None
     try:
@@ -127,4 +131,4 @@ def test_the_reaper_discards_items_of_a_silent_worker_only_when_told_it_can_judg
         assert accounting.items[0]["error_code"] == "worker_lost"
     finally:
         with shared.runtime.pool.connection() as conn:
-            store.remove_worker(conn, "ghost-worker")
+            outbox.remove_worker(conn, "ghost-worker")

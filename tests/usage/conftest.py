@@ -15,7 +15,8 @@ import pytest
 
 from app.auth import authenticate
 from app.auth_model import Caller
-from app.usage.events import UsageEvent, record_usage
+from app.usage.events import UsageEvent
+from app.usage.writer import UsageRecord, commit_records
 
 T0 = datetime(2020, 3, 1, tzinfo=UTC)
 WINDOW = {"from": "2020-03-01T00:00:00Z", "to": "2020-03-03T00:00:00Z"}
@@ -79,13 +80,13 @@ def new_token(client: Any, settings: Any, user: str) -> str:
 
 
 def insert_event(runtime: Any, caller: Caller, at: datetime, **fields: Any) -> int:
-    """Record one event with record_usage, then move its created_at to AT (record_usage stamps now())."""
+    """Record one event with the usage writer, then move its created_at to AT (the insert stamps now())."""
     request_id = "t-" + uuid.uuid4().hex
     fields.setdefault("source", "live")
     fields.setdefault("status", 200)
     event = UsageEvent.for_caller(caller, request_id=request_id, policy_id=caller.policy_id, **fields)
     with runtime.pool.connection() as conn:
-        assert record_usage(conn, event)
+        commit_records(conn, [], [UsageRecord(event)])
         row = conn.execute("UPDATE usage_events SET created_at = %s WHERE request_id = %s RETURNING id",
                            (at, request_id)).fetchone()
     return int(row["id"])

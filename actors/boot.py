@@ -1,0 +1,87 @@
+"""The worker boot middleware: gives each worker process its context (runtime, payload store, group writer) and
+its background threads (dispatcher, listener for submits and cancels, heartbeat + reaper, time-limit watchdog)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from app.batches import outbox
+from app.batches.dispatch import Dispatcher
+from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
+from app.batches.runner import WorkerContext
+from app.batches.service import payload_store
+from app.observability.metrics import start_worker_metrics_server
+from app.runtime import Runtime
+from app.settings import Settings
+from app.usage.writer import GroupWriter
+
+log = logging.getLogger("relay.actors.boot")
+_state: dict[str, Any] = {}  # this process's WorkerContext and threads, set when the worker boots
+
+
+def worker_context() -> WorkerContext:
+    """This process's context, built on first use if the boot hook did not run (e.g. a stub broker in tests)."""
+    ctx = _state.get("ctx")
+    if ctx is None:
+        ctx = _state["ctx"] = build_context(Settings.from_env(), threads=8)
+    return ctx  # type: ignore[no-any-return]
+
+
+def build_context(settings: Settings, threads: int) -> WorkerContext:
+    # Threads hold a connection only for a statement at a time: past RELAY_DB_POOL_MAX they wait briefly
+    # instead of opening hundreds of Postgres connections.
+    runtime = Runtime.build(settings, pool_max=min(threads, settings.db_pool_max) + 6)
+    worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    payloads = payload_store(runtime)
+    writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync)
+    return WorkerContext(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
+
+
+class BatchWorkerBoot(Middleware):
+    """Per worker process: context, dispatcher, listener, heartbeat/reaper and watchdog threads."""
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        settings = Settings.from_env()
+        ctx = _state["ctx"] = build_context(settings, threads=worker.worker_threads)
+        dispatcher = Dispatcher(ctx.runtime)
+        ctx.finished.append(dispatcher.item_finished)
+        beats = Heartbeat(ctx)
+        heartbeat = Periodic("relay-heartbeat", settings.worker_heartbeat_s, beats, on_stop=beats.close)
+        heartbeat.tick()  # registered before the first item is claimed
+        threads: dict[str, Dispatcher | Listener | Periodic] = {
+            "dispatcher": dispatcher, "listener": Listener(ctx, on_submit=dispatcher.wake), "heartbeat": heartbeat,
+            "watchdog": Periodic("relay-watchdog", 0.2, watchdog(ctx)),
+        }
+        for thread in threads.values():
+            thread.start()
+        _state["threads"] = threads
+        start_worker_metrics_server(ctx.runtime)
+        log.info("batch worker %s ready (%d threads)", ctx.worker_id, worker.worker_threads)
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        """Stop publishing and starting items; running items finish, still cancellable, owned and time-limited."""
+        ctx = _state.get("ctx")
+        if ctx is not None:
+            ctx.stopping.set()
+        dispatcher = _state.get("threads", {}).get("dispatcher")
+        if dispatcher is not None:
+            dispatcher.stop()
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        threads, ctx = _state.get("threads", {}), _state.get("ctx")
+        if ctx is not None:
+            ctx.writer.close()
+        for name in ("listener", "heartbeat", "watchdog"):
+            if name in threads:
+                threads[name].stop()
+        if ctx is not None:
+            with ctx.runtime.pool.connection() as conn:
+                outbox.remove_worker(conn, ctx.worker_id)
+            ctx.runtime.close()

@@ -1,0 +1,64 @@
+"""An item's final state built from what is known of it, and committed on its own: cancelled queued items,
+items of lost workers, items past their limit, claims that went wrong. Items that ran commit theirs through the
+worker's group writer (runner.py); both go through `app.usage.writer.commit_records`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from app.auth_model import Caller
+from app.batches import outcomes, store
+from app.batches.outcomes import Outcome
+from app.runtime import Runtime
+from app.usage.events import UsageEvent
+from app.usage.writer import ItemFinal, UsageRecord, commit_records
+
+CANCEL_CHUNK = 5000  # queued items cancelled per statement
+
+
+def final_of(row: dict[str, Any], idx: int, outcome: Outcome, *, from_state: str = "running",
+             owner: str | None = None) -> ItemFinal:
+    """The final state of an item known by its batch row (attribution) and idx, with a usage event of no tokens."""
+    event = item_event(Caller.from_row(row), row["policy_id"], row["id"], idx, row["model"], outcome)
+    return ItemFinal(row["id"], idx, outcome.state, outcome.error, outcome.error_code, UsageRecord(event),
+                     from_state=from_state, worker_id=owner)
+
+
+def finalize_now(runtime: Runtime, finals: Sequence[ItemFinal], *, counter: str = "") -> int:
+    """Commit FINALS in a transaction of their own (cancel, reaper, settling); how many items moved."""
+    with runtime.pool.connection() as conn, conn.transaction():
+        return len(commit_records(conn, finals, [], counter=counter))
+
+
+def item_event(caller: Caller, policy_id: UUID, batch_id: UUID, idx: int, model: str | None, outcome: Outcome,
+               started: float | None = None) -> UsageEvent:
+    """The usage event of an item that did not reach (or did not finish) the pipeline: no tokens."""
+    return UsageEvent.for_caller(caller, request_id=f"{batch_id}:{idx}", source="batch", status=outcome.status,
+                                 policy_id=policy_id, started=started, error_code=outcome.error_code,
+                                 model_requested=model, route="/v1/batches", batch_id=batch_id, batch_idx=idx)
+
+
+def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome, *, owner: str | None,
+                    counter: str = "") -> bool:
+    """running (owned by OWNER) → OUTCOME, with its usage event; False if the item had moved on."""
+    with runtime.pool.connection() as conn:
+        row = store.item_status(conn, batch_id, idx, runtime.settings.worker_lost_after_s)
+    if row is None:
+        return False
+    return finalize_now(runtime, [final_of(row, idx, outcome, owner=owner)], counter=counter) == 1
+
+
+def cancel_queued(conn: psycopg.Connection[Any], batch: dict[str, Any]) -> int:
+    """Every queued item of BATCH (a batch row) → cancelled, with one usage event each, in the caller's
+    transaction; how many."""
+    done, after = 0, -1
+    while rows := store.queued_items(conn, batch["id"], after=after, limit=CANCEL_CHUNK):
+        finals = [final_of({**batch, "model": model}, idx, outcomes.cancelled_queued(), from_state="queued")
+                  for idx, model in rows]
+        done += len(commit_records(conn, finals, []))
+        after = rows[-1][0]
+    return done

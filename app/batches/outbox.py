@@ -1,0 +1,118 @@
+"""SQL of the worker side's background jobs: the dispatcher's outbox (what to publish next), the workers'
+heartbeats, and the reaper's look for lost or stuck items. Every function takes a connection; the caller owns the
+transaction.
+
+The outbox is a cursor per batch: items [0, published_upto) have been published, in idx order, so publishing
+writes one batch row per pass instead of one row per item. What is published but not final (the dispatch window)
+is published_upto minus the final items counted in batch_progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from psycopg import Connection
+from psycopg.rows import tuple_row
+
+Row = dict[str, Any]
+Conn = Connection[Any]
+
+
+def try_leader_lock(conn: Conn, lock_id: int) -> bool:
+    """A transaction-scoped advisory lock: only one replica does this job at a time."""
+    row = conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS ok", (lock_id,)).fetchone()
+    return bool(row and row["ok"])
+
+
+def outbox_batches(conn: Conn, limit: int = 200) -> list[Row]:
+    """Batches (not cancelled) with items left to publish, oldest first: id, owner, policy, cursor and total."""
+    return conn.execute(
+        "SELECT id, owner, policy_id, published_upto, total FROM batches"
+        " WHERE dispatched_at IS NULL AND status = 'queued' AND published_upto < total"
+        " ORDER BY created_at, id LIMIT %s", (limit,)).fetchall()
+
+
+def in_flight(conn: Conn) -> int:
+    """Published items not yet final, over every unfinished batch (the dispatch window)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(greatest(0, b.published_upto - coalesce((SELECT sum(p.completed + p.discarded"
+        " + p.cancelled) FROM batch_progress p WHERE p.batch_id = b.id), 0))), 0) AS n"
+        " FROM batches b WHERE b.finished_at IS NULL").fetchone()
+    return int(row["n"]) if row else 0
+
+
+def live_threads(conn: Conn, seen_within_s: float) -> int:
+    """Items the live worker processes run at once (the sum of their threads)."""
+    row = conn.execute("SELECT coalesce(sum(threads), 0) AS n FROM workers"
+                       " WHERE last_seen > now() - make_interval(secs => %s)", (seen_within_s,)).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def advance(conn: Conn, cursors: Sequence[tuple[UUID, int]]) -> None:
+    """Move each batch's publish cursor to its new position; a batch with nothing left gets dispatched_at."""
+    conn.execute(
+        "UPDATE batches b SET published_upto = greatest(b.published_upto, c.upto), last_published_at = now(),"
+        " dispatched_at = CASE WHEN greatest(b.published_upto, c.upto) >= b.total THEN now() END"
+        " FROM unnest(%s::uuid[], %s::int[]) AS c(id, upto) WHERE b.id = c.id",
+        ([c[0] for c in cursors], [c[1] for c in cursors]))
+
+
+def stranded_items(conn: Conn, older_than_s: float, limit: int = 2000) -> list[tuple[UUID, int]]:
+    """Queued items below their batch's publish cursor whose batch was last published long ago: their message was
+    lost (the caller checked that the queue is empty). Publishing them again is harmless: the claim dedupes."""
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.execute(
+        "SELECT i.batch_id, i.idx FROM batches b JOIN batch_items i ON i.batch_id = b.id AND i.idx < b.published_upto"
+        " WHERE b.finished_at IS NULL AND b.status = 'queued' AND i.state = 'queued'"
+        " AND b.last_published_at < now() - make_interval(secs => %s) ORDER BY i.batch_id, i.idx LIMIT %s",
+        (older_than_s, limit))
+    return [(r[0], r[1]) for r in cur.fetchall()]
+
+
+def touch_published(conn: Conn, batch_ids: Sequence[UUID]) -> None:
+    """Record that these batches had items published now (republished stranded items)."""
+    conn.execute("UPDATE batches SET last_published_at = now() WHERE id = ANY(%s)", (list(batch_ids),))
+
+
+def heartbeat(conn: Conn, worker_id: str, hostname: str, pid: int, threads: int = 0) -> None:
+    """Record that WORKER_ID (running THREADS items at once) is alive now."""
+    conn.execute("INSERT INTO workers (id, hostname, pid, threads) VALUES (%s, %s, %s, %s)"
+                 " ON CONFLICT (id) DO UPDATE SET last_seen = now(), threads = excluded.threads",
+                 (worker_id, hostname, pid, threads))
+
+
+def remove_worker(conn: Conn, worker_id: str) -> None:
+    conn.execute("DELETE FROM workers WHERE id = %s", (worker_id,))
+
+
+def cancelled_batches(conn: Conn, batch_ids: Sequence[UUID]) -> list[UUID]:
+    """Which of BATCH_IDS are cancelled."""
+    rows = conn.execute("SELECT id FROM batches WHERE id = ANY(%s) AND status = 'cancelled'",
+                        (list(batch_ids),)).fetchall()
+    return [r["id"] for r in rows]
+
+
+def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, judge_owners: bool = True,
+               limit: int = 500) -> list[Row]:
+    """Running items of unfinished batches whose worker stopped heartbeating (only when JUDGE_OWNERS), or that
+    ran past TIME_LIMIT_S; locked for update."""
+    return conn.execute(
+        "SELECT i.batch_id, i.idx, i.model, i.worker_id,"
+        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %(lost)s)) AS owner_lost"
+        " FROM batches b JOIN batch_items i ON i.batch_id = b.id LEFT JOIN workers w ON w.id = i.worker_id"
+        " WHERE b.finished_at IS NULL AND EXISTS (SELECT 1 FROM batch_progress p WHERE p.batch_id = b.id"
+        "  GROUP BY p.batch_id HAVING sum(p.running) > 0)"
+        " AND i.state = 'running' AND ((%(owners)s AND (w.last_seen IS NULL"
+        " OR w.last_seen < now() - make_interval(secs => %(lost)s)))"
+        " OR i.started_at < now() - make_interval(secs => %(limit_s)s))"
+        " ORDER BY i.started_at LIMIT %(limit)s FOR UPDATE OF i SKIP LOCKED",
+        {"lost": lost_after_s, "owners": judge_owners, "limit_s": time_limit_s, "limit": limit}).fetchall()
+
+
+def forget_stale_workers(conn: Conn, older_than_s: float) -> None:
+    """Drop heartbeat rows of workers gone for long and owning no running item."""
+    conn.execute("DELETE FROM workers w WHERE last_seen < now() - make_interval(secs => %s) AND NOT EXISTS"
+                 " (SELECT 1 FROM batches b JOIN batch_items i ON i.batch_id = b.id WHERE b.finished_at IS NULL"
+                 " AND i.state = 'running' AND i.worker_id = w.id)", (older_than_s,))

@@ -1,0 +1,248 @@
+"""The one writer of usage events: a call's event with its side writes, and a batch item's final state with its
+single event, committed in groups.
+
+`commit_records(conn, finals, records)` is the only code that inserts usage events. In one transaction (the
+caller's) it moves the FINALS' items to their final state (one statement for all of them, counting them in
+`batch_progress`), inserts the usage event of every final that moved (so an item gets exactly one event, whoever
+finalizes it) and of every RECORD, then applies their side writes (rate-limit tokens, breaker changes, payload
+logs) grouped by statement, always in the same order so concurrent groups cannot deadlock.
+
+`GroupWriter` is a per-process thread that batches what many threads submit into one such transaction: a worker
+process's items, a live API process's calls. `before_commit` runs first (the payload store's sync: a response's
+location is committed only once its bytes are durable).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool
+
+from app.db import Statement, autocommit, execute_together
+from app.usage.events import COLUMNS, UsageEvent, usage_statement
+
+log = logging.getLogger("relay.usage.writer")
+ItemKey = tuple[UUID, int]
+RETRY_S = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 8)  # waits between attempts while Postgres is away (~72 s)
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """A usage event and the writes that belong with it (rate-limit tokens, breaker changes, payload log)."""
+
+    event: UsageEvent
+    extra: tuple[Statement, ...] = ()
+
+
+@dataclass(frozen=True)
+class ItemFinal:
+    """A batch item moving FROM_STATE (owned by WORKER_ID when given) to its final STATE, with its usage record and
+    where its response is stored (segment, offset, length) when it has one."""
+
+    batch_id: UUID
+    idx: int
+    state: str
+    error: str | None
+    error_code: str | None
+    record: UsageRecord
+    from_state: str = "running"
+    worker_id: str | None = None
+    response: tuple[str, int, int] | None = None
+
+    @property
+    def key(self) -> ItemKey:
+        return self.batch_id, self.idx
+
+
+def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], records: Sequence[UsageRecord],
+                   *, counter: str = "") -> set[ItemKey]:
+    """Write FINALS and RECORDS in the caller's transaction; the keys of the finals whose item moved."""
+    done = _finalize(conn, finals, counter) if finals else set()
+    moved = [f.record for f in finals if f.key in done]
+    records = [*moved, *records]
+    _insert_events(conn, [r.event for r in records])
+    _side_writes(conn, [s for r in records for s in r.extra])
+    return done
+
+
+def write_now(pool: ConnectionPool, record: UsageRecord) -> None:
+    """Write one call's record at once, as one statement (atomic in autocommit, one round trip)."""
+    with autocommit(pool) as conn:
+        execute_together(conn, [usage_statement(record.event), *record.extra])
+
+
+_FINALIZE = """
+WITH f AS (
+    SELECT * FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                         %s::text[], %s::bigint[], %s::int[])
+        AS f(batch_id, idx, state, error, error_code, from_state, worker_id, segment, "offset", length)
+), done AS (
+    UPDATE batch_items i SET state = f.state, error = f.error, error_code = f.error_code, finished_at = now(),
+           response_segment = f.segment, response_offset = f."offset", response_length = f.length
+    FROM f
+    WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
+      AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
+    RETURNING i.batch_id, i.idx, f.state, f.from_state
+), counted AS (
+    INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled)
+    SELECT batch_id, %s, -count(*) FILTER (WHERE from_state = 'running'), count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'discarded'), count(*) FILTER (WHERE state = 'cancelled')
+    FROM done GROUP BY batch_id
+    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
+        completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
+        cancelled = p.cancelled + excluded.cancelled
+)
+SELECT batch_id, idx FROM done
+"""
+
+
+def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], counter: str) -> set[ItemKey]:
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    for f in finals:
+        segment, offset, length = f.response or (None, None, None)
+        for column, value in zip(columns, (f.batch_id, f.idx, f.state, f.error, f.error_code, f.from_state,
+                                           f.worker_id, segment, offset, length), strict=True):
+            column.append(value)
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.execute(_FINALIZE, [*columns, counter])
+    return {(row[0], row[1]) for row in cur.fetchall()}
+
+
+def _insert_events(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
+    """One event: a plain insert; several: one COPY (the batch unique index still refuses a second event)."""
+    if len(events) == 1:
+        conn.execute(*usage_statement(events[0]))
+    elif events:
+        with conn.cursor().copy(f"COPY usage_events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+            for event in events:
+                copy.write_row(event.values())
+
+
+def _side_writes(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> None:
+    """Run side writes grouped by SQL text, each group in parameter order: every transaction takes its row locks in
+    the same order."""
+    groups: dict[str, list[Sequence[Any]]] = {}
+    for sql, params in statements:
+        groups.setdefault(sql, []).append(params)
+    for sql in sorted(groups):
+        rows = sorted(groups[sql], key=lambda p: [str(v) for v in p])
+        with conn.cursor() as cur:
+            cur.executemany(sql, rows)
+
+
+@dataclass
+class _Pending:
+    finals: list[tuple[ItemFinal, Future[bool]]] = field(default_factory=list)
+    records: list[UsageRecord] = field(default_factory=list)
+
+
+class GroupWriter:
+    """A daemon thread committing what threads submit in groups: one transaction for everything pending."""
+
+    def __init__(self, pool: ConnectionPool, *, counter: str = "", before_commit: Callable[[], None] | None = None,
+                 max_group: int = 500, name: str = "relay-usage-writer") -> None:
+        self.pool = pool
+        self.counter = counter  # the batch_progress row this process counts in (no lock contention between them)
+        self._before_commit = before_commit
+        self._max_group = max_group
+        self._cond = threading.Condition()
+        self._pending = _Pending()
+        self._busy = False
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def finalize(self, final: ItemFinal) -> Future[bool]:
+        """Queue an item's final state; the future says (once committed) whether the item moved."""
+        future: Future[bool] = Future()
+        with self._cond:
+            self._pending.finals.append((final, future))
+            self._cond.notify()
+        return future
+
+    def record(self, record: UsageRecord) -> None:
+        """Queue a call's usage record (committed within a few milliseconds, or at flush)."""
+        with self._cond:
+            self._pending.records.append(record)
+            self._cond.notify()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything submitted so far is committed; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending.finals or self._pending.records or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Commit what is pending, then stop the thread."""
+        self.flush(timeout)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._pending.finals or self._pending.records or self._stopping):
+                    self._cond.wait()
+                if self._stopping and not (self._pending.finals or self._pending.records):
+                    return
+                group, self._pending, self._busy = self._pending, _Pending(), True
+            try:
+                self._commit(group)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _commit(self, group: _Pending) -> None:
+        """Commit GROUP in slices of max_group, retrying through a database outage; never drops anything silently."""
+        finals, records = group.finals, group.records
+        while finals or records:
+            part_f, finals = finals[: self._max_group], finals[self._max_group:]
+            part_r, records = records[: self._max_group - len(part_f)], records[self._max_group - len(part_f):]
+            self._commit_part(part_f, part_r)
+
+    def _commit_part(self, finals: list[tuple[ItemFinal, Future[bool]]], records: list[UsageRecord]) -> None:
+        for delay in (*RETRY_S, None):
+            try:
+                if self._before_commit is not None and finals:
+                    self._before_commit()
+                with self.pool.connection() as conn, conn.transaction():
+                    done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter)
+                for final, future in finals:
+                    future.set_result(final.key in done)
+                return
+            except psycopg.OperationalError as exc:
+                if delay is None:
+                    break
+                log.warning("usage writer: %s; retrying in %.1fs", exc, delay)
+                time.sleep(delay)
+            except Exception as exc:  # one bad record must not sink the others: commit them one by one
+                if len(finals) + len(records) > 1:
+                    log.warning("usage writer: a group failed (%s: %s); committing one by one", type(exc).__name__, exc)
+                    for pending in finals:
+                        self._commit_part([pending], [])
+                    for record in records:
+                        self._commit_part([], [record])
+                    return
+                log.exception("usage writer: cannot commit a record")
+                break
+        for _, future in finals:
+            future.set_exception(RuntimeError("the item's final state could not be committed"))
+        if records:
+            log.error("usage writer: %d usage record(s) could not be committed", len(records))
