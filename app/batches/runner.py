@@ -82,17 +82,13 @@ class _Ending:
 
 
 def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[int]:
-    """Run the items of one message; returns those not started because the worker is stopping (to hand back)."""
-    pending: list[Future[bool]] = []
+    """Run the items of one message, each after the previous one's final state committed (so a killed worker
+    leaves at most one item per thread running); returns those not started because the worker is stopping."""
     for n, idx in enumerate(idxs):
         if ctx.stopping.is_set() and n:
-            _wait(pending)
             return list(idxs[n:])
         with log_context(batch_id=str(batch_id), idx=idx):
-            _, future = _run_one(ctx, batch_id, idx)
-        if future is not None:
-            pending.append(future)
-    _wait(pending)
+            run_item(ctx, batch_id, idx)
     return []
 
 

@@ -14,6 +14,8 @@ from tests.batches.conftest import WORKER_SETTINGS
 from tests.batches.helpers import CHAT, start_workers
 from tests.processes import ROOT, RelayProcess
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 
 @pytest.fixture(scope="module")
 def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]

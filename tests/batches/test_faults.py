@@ -1,12 +1,17 @@
 """Nothing accepted is lost: batches committed while no worker runs, and workers killed mid-item."""
 
+
 from __future__ import annotations
 
 import os
 import signal
 
+import pytest
+
 from tests.batches.conftest import WORKER_SETTINGS
 from tests.batches.helpers import CHAT, start_workers, submit, usage_events, wait_finished, wait_for
+
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
 
 def test_a_batch_committed_while_no_worker_runs_is_published_when_one_starts(client, key, settings_env, runtime,

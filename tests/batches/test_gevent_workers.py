@@ -11,6 +11,8 @@ from tests.batches.conftest import WORKER_SETTINGS
 from tests.batches.helpers import CHAT, results, start_workers, submit, usage_events, wait_finished, wait_for
 from tests.processes import RelayProcess
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 
 @pytest.fixture(scope="module")
 def gevent_workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]

@@ -13,6 +13,8 @@ import pytest
 from tests.batches.conftest import WORKER_SETTINGS
 from tests.batches.helpers import CHAT, start_workers, submit, usage_events, wait_finished
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 SCENARIOS = ("key_disabled", "key_revoked", "key_expired", "key_rotated_out", "token_expired", "token_revoked",
              "policy_disabled", "policy_deleted", "control")
 

@@ -12,6 +12,8 @@ from app.runtime import Runtime
 from tests.batches.conftest import WORKER_SETTINGS
 from tests.batches.helpers import CHAT, results, start_workers, submit, usage_events, wait_finished
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 
 @pytest.fixture(scope="module")
 def completed_batch(client_factory, key, settings_env, runtime, catalog, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]

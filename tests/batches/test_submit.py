@@ -12,6 +12,8 @@ import pytest
 from app.batches.service import payload_store
 from tests.batches.helpers import CHAT, get, submit, usage_events
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_leftovers(runtime) -> Iterator[None]:  # type: ignore[no-untyped-def]

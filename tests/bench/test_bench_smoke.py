@@ -1,14 +1,19 @@
 """The benchmark code paths run end to end at tiny sizes and produce numbers (no timing is asserted)."""
 
+
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import SCENARIOS, run
 from bench.sizes import TINY
 from tests.services import ServiceUrls
+
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
 
 def test_every_bench_scenario_produces_numbers(services: ServiceUrls, tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import pytest
 from app.fake_upstream import count_tokens, plan_turn
 from tests.fake_upstream.harness import FakeUpstream
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 MESSAGES = [{"role": "user", "content": "Name three rivers."}]
 
 

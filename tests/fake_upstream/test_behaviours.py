@@ -11,6 +11,8 @@ import requests
 from app.fake_upstream import count_tokens
 from tests.fake_upstream.harness import FakeUpstream
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "one two three four five six"}]}
 
 

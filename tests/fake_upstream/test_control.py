@@ -1,10 +1,14 @@
 """Counters and the recorded calls let tests assert what reached the upstream."""
 
+
 from __future__ import annotations
 
+import pytest
 import requests
 
 from tests.fake_upstream.harness import FakeUpstream
+
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -13,6 +13,8 @@ from app.cli import main
 from app.fake_upstream import NotLoopback, ServerThread, check_loopback
 from tests.fake_upstream.harness import ROOT, start_fake_upstream
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 

@@ -10,6 +10,8 @@ import pytest
 from app.fake_upstream import count_tokens, plan_turn
 from tests.fake_upstream.harness import FakeUpstream
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me about the sea."}]
 
 

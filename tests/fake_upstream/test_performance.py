@@ -1,13 +1,17 @@
 """Keep-alive works without Nagle delays, and many slow calls are served concurrently."""
 
+
 from __future__ import annotations
 
 import asyncio
 
 import aiohttp
+import pytest
 import requests
 
 from tests.fake_upstream.harness import FakeUpstream
+
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "one two three four five six seven eight"}]}
 HEADERS = {"Authorization": "Bearer sk-perf"}

@@ -9,6 +9,8 @@ import requests
 
 from tests.fake_upstream.harness import FakeUpstream
 
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 OPENAI_AUTH = {"Authorization": "Bearer sk-test"}
 ANTHROPIC_AUTH = {"x-api-key": "sk-ant", "anthropic-version": "2023-06-01"}
 USER = [{"role": "user", "content": "hi"}]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
+
 
 def test_usage_routes_are_documented_with_their_errors(client) -> None:
     spec = client.get("/openapi.json").json
