@@ -168,8 +168,9 @@ class Dispatcher:
         Dramatiq prefetches), messages larger only when the backlog is deep, capped by RELAY_DISPATCH_WINDOW."""
         threads = max(threads, 1)
         group = max(1, min(MAX_GROUP, backlog // (4 * threads)))
-        self._refill = max(1, threads // 2)
-        return min(self.max_window, 2 * threads * group + threads), group
+        window = min(self.max_window, 2 * threads * group + threads)
+        self._refill = max(1, window // 10)  # a pass costs a few queries: refill in steps, not per item
+        return window, group
 
     def pump(self) -> int:
         """One pass: publish up to CHUNK items within the window; how many were published."""
