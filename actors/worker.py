@@ -6,7 +6,11 @@ from actors.boot import BatchWorkerBoot
 from actors.broker import build_broker
 from app.settings import Settings
 
-broker = build_broker(Settings.from_env())
+settings = Settings.from_env()
+broker = build_broker(settings)
 broker.add_middleware(BatchWorkerBoot())
+# Declared at boot, not first in a consumer's retry loop: a queue of another type (RELAY_QUEUE_TYPE) stops
+# `relay worker` at once with app.queues.QueueTypeMismatch instead of leaving it consuming nothing.
+broker.declare_queue(settings.queue_name, ensure=True)
 
 from actors import batch_items  # noqa: E402,F401  (actors bind to the broker built above)

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 
+from app.queues import QUEUE_TYPES
+
 
 class SettingsError(Exception):
     """A required setting is missing or invalid; the message names it."""
@@ -32,6 +34,7 @@ class Settings:
     worker_heartbeat_s: float = 2.0
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"
+    queue_type: str = "classic"
     worker_id: str = ""
 
     @classmethod
@@ -61,6 +64,8 @@ class Settings:
             raise SettingsError("RELAY_SECRET_KEY must be at least 16 characters")
         if len(self.admin_token) < 16:
             raise SettingsError("RELAY_ADMIN_TOKEN must be at least 16 characters")
+        if self.queue_type not in QUEUE_TYPES:
+            raise SettingsError(f"RELAY_QUEUE_TYPE must be {' or '.join(QUEUE_TYPES)}, got {self.queue_type!r}")
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")

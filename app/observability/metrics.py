@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("relay.metrics")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WORKER_PORT_ENV = "RELAY_WORKER_METRICS_PORT"
+WORKER_HOST_ENV = "RELAY_WORKER_METRICS_HOST"
 DEFAULT_WORKER_PORT = 9464
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -183,7 +184,8 @@ def worker_metrics_port(default: int = DEFAULT_WORKER_PORT) -> int:
 
 
 def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None = None) -> bool:
-    """Serve /metrics for the workers on 127.0.0.1:PORT from a background thread; False when off or taken.
+    """Serve /metrics for the workers on RELAY_WORKER_METRICS_HOST (127.0.0.1):PORT from a background thread;
+    False when off or taken.
 
     Safe to call in every worker process: the first to bind serves (in multiprocess mode, for all of them).
     """
@@ -192,12 +194,13 @@ def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None
     port = worker_metrics_port() if port is None else port
     if port <= 0:
         return False
+    host = os.environ.get(WORKER_HOST_ENV, "").strip() or "127.0.0.1"
     try:
-        start_http_server(port, addr="127.0.0.1", registry=_ScrapeTimeRegistry(runtime))  # type: ignore[arg-type]
+        start_http_server(port, addr=host, registry=_ScrapeTimeRegistry(runtime))  # type: ignore[arg-type]
     except OSError:
         log.debug("worker metrics port %d is served by another process", port)
         return False
-    log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
+    log.info("worker metrics on http://%s:%d/metrics", host, port)
     return True
 
 
