@@ -32,6 +32,7 @@ class Settings:
     worker_heartbeat_s: float = 2.0
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"
+    broker_ui_url: str = ""
     worker_id: str = ""
 
     @classmethod
