@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from app.commands.batches import ApiError, _call, _print_json, _request
+from app.commands.batches import ApiError, _call, _print_json, _request, write_stream
 
 _ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 _FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor")
@@ -81,11 +79,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     response = _request(args, "GET", f"/admin/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
-    target: Any = open(args.output, "wb") if args.output else nullcontext(sys.stdout.buffer)
-    with target as out:
-        for chunk in response.iter_content(chunk_size=65536):
-            out.write(chunk)
-        out.flush()
+    write_stream(response, args.output)
     return 0
 
 
