@@ -189,6 +189,8 @@ def test_the_operator_view_shows_workers_the_queue_and_every_batch_with_filters(
     console.first(f'tr[data-batch="{stopped}"] a').click()
     console.wait_text(".lead", "State: cancelled")
     assert "cancelled 2" in console.text(".progress-text")  # read through the admin route: not the admin's batch
+    console.go("#/operator?credential=not-an-id")
+    assert "credential: Not a valid UUID." in console.wait_text("#operator-batches .error", "invalid_request")
 
 
 def test_the_usage_page_charts_cost_per_day_by_model(console: Console, console_world: ConsoleWorld) -> None:

@@ -111,7 +111,20 @@ export function errorBox(err, extra) {
   const code = err && err.code ? err.code : "error";
   return h("div", { class: "error", role: "alert" },
     h("p", {}, h("strong", {}, "Error: "), err && err.message ? err.message : String(err), " ",
-      h("code", {}, `(${code})`)), extra || null);
+      h("code", {}, `(${code})`)), extra || fieldMessages(err && err.details));
+}
+
+// The per-field messages of a refused request ({"query": {"credential": ["Not a valid UUID."]}}), one a line.
+function fieldMessages(details) {
+  if (!details || typeof details !== "object" || Array.isArray(details)) return null;
+  const lines = [];
+  const walk = (value, path) => {
+    if (Array.isArray(value)) value.forEach((v) => (typeof v === "object" ? walk(v, path) : lines.push(`${path}: ${v}`)));
+    else if (value && typeof value === "object") Object.entries(value).forEach(([k, v]) => walk(v, path ? `${path}.${k}` : k));
+    else lines.push(`${path}: ${value}`);
+  };
+  walk(details.query || details.json || details, "");
+  return lines.length ? h("ul", { class: "problems" }, lines.map((line) => h("li", {}, line))) : null;
 }
 
 export function announce(text) {

@@ -10,7 +10,7 @@ const M = { top: 12, right: 12, bottom: 36, left: 72 };
 
 export function usageView(main, route, session) {
   const source = route.query.get("source") ?? "batch";
-  const days = Number(route.query.get("days") || 14);
+  const days = [7, 14, 30, 90].includes(Number(route.query.get("days"))) ? Number(route.query.get("days")) : 14;
   const metric = route.query.get("metric") === "requests" ? "requests" : "cost";
   const out = h("div", { "aria-live": "polite" }, h("p", {}, "Loading…"));
   const form = h("form", { class: "form inline", id: "usage-form" },
