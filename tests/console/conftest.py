@@ -39,6 +39,13 @@ class ConsoleWorld:
         if not self.workers:
             self.workers.append(self.stack.start_worker(threads=4, **overrides))
 
+    def stop_workers(self) -> None:
+        """No worker runs after this: whatever is submitted next stays queued until ensure_worker()."""
+        while self.workers:
+            worker = self.workers.pop()
+            worker.stop()
+            self.stack.processes.remove(worker)
+
     def key(self, policy: str = "main", principal: str = "batch-svc") -> dict[str, Any]:
         """A new relay key of the service account (the admin API's answer: `key`, `id`)."""
         res = self.stack.admin("POST", "/admin/relay-keys", json={"principal_kind": "service_account",

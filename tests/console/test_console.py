@@ -52,6 +52,7 @@ def _local(iso: str) -> str:
 
 def test_a_caller_submits_a_file_watches_it_finish_reads_the_discarded_error_and_downloads_results(
         console: Console, console_world: ConsoleWorld, jsonl_file: Any) -> None:
+    console_world.stop_workers()
     key = console_world.key()
     console.sign_in(key["key"])
     assert console.driver.get_cookies() == []  # the secret is kept in the tab, never in a cookie
