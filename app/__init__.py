@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     api = Api(app)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)
+    _register_console(app)
     _register_request_hooks(app)
     install_request_metrics(app)
     _register_error_handlers(app)
@@ -51,6 +52,12 @@ def _register_blueprints(api: Api, runtime: Runtime) -> None:
     from app.api import register_all
 
     register_all(api, runtime)
+
+
+def _register_console(app: Flask) -> None:
+    from app.api import console
+
+    console.register(app)
 
 
 def _register_request_hooks(app: Flask) -> None:

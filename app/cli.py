@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "app.commands.catalog",
     "app.commands.credentials",
     "app.commands.batches",
+    "app.commands.admin_batches",
     "app.commands.fake_upstream",
 ]
 

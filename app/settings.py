@@ -35,6 +35,7 @@ class Settings:
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"
     queue_type: str = "classic"
+    broker_ui_url: str = ""
     worker_id: str = ""
 
     @classmethod

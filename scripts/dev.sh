@@ -61,6 +61,7 @@ up() {
   write_env
   # shellcheck disable=SC1091
   source "$RUN/env"
+  export RELAY_BROKER_UI_URL=${RELAY_BROKER_UI_URL:-http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}/}  # linked by the console
   export PATH="$ROOT/.venv/bin:$PATH"
   relay migrate >/dev/null
   start fake-upstream relay fake-upstream --host 127.0.0.1 --port "$FAKE_PORT"
@@ -78,6 +79,7 @@ up() {
 
 Relay is running.
   API:            http://127.0.0.1:$API_PORT   (OpenAPI: /openapi.json, docs: /docs)
+  console:        http://127.0.0.1:$API_PORT/console/   (sign in with the demo key, or the admin token)
   RabbitMQ UI:    http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}        (guest / guest)
   fake upstream:  http://127.0.0.1:$FAKE_PORT
   demo relay key: $key

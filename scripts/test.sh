@@ -6,6 +6,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 bash scripts/bootstrap.sh
 bash scripts/services.sh up >/dev/null
+bash scripts/browser.sh  # headless Chromium + chromedriver from Debian, for tests/console
 echo "== ruff"; .venv/bin/ruff check app actors adapters schemas tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"

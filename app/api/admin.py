@@ -43,12 +43,13 @@ blp = Blueprint("admin", __name__, url_prefix="/admin", description="Catalog adm
 
 def register(api: Api) -> None:
     """Register the admin blueprints and the admin token's security scheme in the OpenAPI document."""
-    from app.api import admin_credentials
+    from app.api import admin_batches, admin_credentials
 
     api.spec.components.security_scheme("adminToken", {"type": "http", "scheme": "bearer",
                                                        "description": "RELAY_ADMIN_TOKEN"})
     api.register_blueprint(blp)
     api.register_blueprint(admin_credentials.blp)
+    api.register_blueprint(admin_batches.blp)
 
 
 def require_admin() -> None:

@@ -10,6 +10,7 @@ from flask_smorest import Blueprint
 
 from app.api.bodies import read_body
 from app.api.callers import request_caller
+from app.auth_model import Caller
 from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
 from app.errors import UnsupportedMediaType
@@ -70,8 +71,13 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    jsonl = args["format"] == "jsonl" or (args["format"] is None and _wants_ndjson())
-    chunks = service.open_results(_runtime(), request_caller(), batch_id, jsonl=jsonl)
+    return results_response(request_caller(), batch_id, args["format"])
+
+
+def results_response(caller: Caller | None, batch_id: str, fmt: str | None) -> Response:
+    """The streamed results in FMT (or as the Accept header prefers); a caller of None is the operator."""
+    jsonl = fmt == "jsonl" or (fmt is None and _wants_ndjson())
+    chunks = service.open_results(_runtime(), caller, batch_id, jsonl=jsonl)
     return Response(stream_with_context(chunks), status=200,
                     mimetype=_NDJSON if jsonl else "application/json")
 

@@ -83,9 +83,10 @@ def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, 
     return row
 
 
-def get_batch(runtime: Runtime, caller: Caller, batch_id: str, *, state: str | None = None, after: int = -1,
+def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,
               limit: int = 100) -> dict[str, Any]:
-    """The batch object with counts and one page of items (optionally of one state)."""
+    """The batch object with counts and one page of items (optionally of one state). A caller of None is the
+    operator (admin routes only): any owner's batch."""
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
         counts = store.item_counts(conn, row["id"], row["total"])
@@ -101,12 +102,28 @@ def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: s
     before = _decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
         rows = store.list_batches(conn, caller.owner, before=before, limit=limit)
-    next_cursor = _encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if len(rows) == limit else None
-    return {"data": [summary_view(r) for r in rows], "next_cursor": next_cursor}
+    return _page([summary_view(r) for r in rows], limit)
 
 
-def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
-    """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker."""
+def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = None,
+                     **filters: Any) -> dict[str, Any]:
+    """The operator's list (admin routes): every owner's batches matching FILTERS (see store.list_all_batches),
+    newest first, each with its policy and principal names, and a cursor for the next page."""
+    before = _decode_cursor(cursor) if cursor else None
+    with runtime.pool.connection() as conn:
+        rows = store.list_all_batches(conn, before=before, limit=limit, **filters)
+    return _page([{**summary_view(r), "policy": r["policy"], "principal": r["principal"]} for r in rows], limit)
+
+
+def _page(views: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """A page of batch views, newest first, with the cursor of the next page when this one is full."""
+    last = views[-1] if len(views) == limit else None
+    return {"data": views, "next_cursor": _encode_cursor(last["created_at"], last["id"]) if last else None}
+
+
+def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
+    """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker.
+    A caller of None is the operator (admin routes only)."""
     with runtime.pool.connection() as conn:
         with conn.transaction():
             row = _owned(conn, caller, batch_id)
@@ -120,8 +137,9 @@ def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     return batch_view(fresh, counts, items=[], next_after=-1)
 
 
-def open_results(runtime: Runtime, caller: Caller, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:
-    """Check access now (404 before streaming starts), then stream the results in idx order."""
+def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:
+    """Check access now (404 before streaming starts), then stream the results in idx order. A caller of None is
+    the operator (admin routes only)."""
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
     return _stream_results(runtime, row["id"], jsonl=jsonl)
@@ -177,13 +195,14 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def _owned(conn: psycopg.Connection[Any], caller: Caller, batch_id: str) -> dict[str, Any]:
-    """The batch row if CALLER submitted it; BatchNotFound otherwise (also for malformed ids)."""
+def _owned(conn: psycopg.Connection[Any], caller: Caller | None, batch_id: str) -> dict[str, Any]:
+    """The batch row if CALLER submitted it (any batch for the operator, None); BatchNotFound otherwise (also for
+    malformed ids)."""
     try:
         parsed = UUID(batch_id)
     except (ValueError, TypeError):
         raise BatchNotFound(message="batch not found") from None
-    row = store.get_batch(conn, parsed, owner=caller.owner)
+    row = store.get_batch(conn, parsed, owner=caller.owner if caller is not None else None)
     if row is None:
         raise BatchNotFound(message="batch not found")
     return row

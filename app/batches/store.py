@@ -179,3 +179,50 @@ def finish_batches(conn: Conn) -> int:
 def _copy_text(value: str) -> str:
     """Escape a value for COPY's text format."""
     return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+# -- Operator reads (admin routes): every owner's batches, and the workers' heartbeats. -------------------------
+
+def list_all_batches(conn: Conn, *, before: tuple[datetime, UUID] | None, limit: int, principal: str | None = None,
+                     credential: UUID | None = None, policy: str | None = None, created_from: datetime | None = None,
+                     created_to: datetime | None = None, status: str | None = None,
+                     finished: bool | None = None) -> list[Row]:
+    """Batches of every owner matching the filters (all combined with AND), newest first, strictly older than
+    BEFORE; each with its policy and principal names. PRINCIPAL and POLICY take a name or an id."""
+    from app.usage.store import PRINCIPAL_NAME, name_or_id_clause, principal_clause  # the usage filters' rules
+
+    clauses: list[str] = ["true"]
+    params: list[Any] = []
+    for clause, value in (("e.credential_id = %s", credential), ("e.created_at >= %s", created_from),
+                          ("e.created_at < %s", created_to), ("e.status = %s", status)):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    if finished is not None:
+        clauses.append("e.finished_at IS NOT NULL" if finished else "e.finished_at IS NULL")
+    named = [principal_clause(principal) if principal is not None else None,
+             name_or_id_clause("policy_id", "policies", policy) if policy is not None else None]
+    for clause, values in filter(None, named):
+        clauses.append(clause)
+        params += values
+    if before is not None:
+        clauses.append("(e.created_at, e.id) < (%s, %s)")
+        params.extend(before)
+    sql = (f"SELECT {_ALL_COLUMNS}, (SELECT name FROM policies WHERE id = e.policy_id) AS policy, {PRINCIPAL_NAME}"
+           f" FROM batches e WHERE {' AND '.join(clauses)} ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
+    return conn.execute(sql, [*params, limit]).fetchall()
+
+
+_ALL_COLUMNS = ", ".join("e." + name.strip() for name in _BATCH_COLUMNS.split(","))
+
+
+def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
+    """Every worker process with a heartbeat row, newest first: whether it is alive (heard from within
+    LOST_AFTER_S), seconds since its last heartbeat (by the database's clock) and how many items it runs."""
+    return conn.execute(
+        "SELECT w.id, w.hostname, w.pid, w.started_at, w.last_seen,"
+        " w.last_seen >= now() - make_interval(secs => %s) AS alive,"
+        " extract(epoch FROM now() - w.last_seen)::float8 AS seen_ago_s,"
+        " (SELECT count(*) FROM batches b JOIN batch_items i ON i.batch_id = b.id WHERE b.finished_at IS NULL"
+        " AND i.state = 'running' AND i.worker_id = w.id) AS running"
+        " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()

@@ -77,16 +77,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     response = _request(args, "GET", f"/v1/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
-    out: IO[bytes] = open(args.output, "wb") if args.output else sys.stdout.buffer
+    write_stream(response, args.output)
+    return 0
+
+
+def write_stream(response: requests.Response, output: Path | None) -> None:
+    """A streamed answer's body to OUTPUT, or to standard output."""
+    out: IO[bytes] = open(output, "wb") if output else sys.stdout.buffer
     try:
         for chunk in response.iter_content(chunk_size=65536):
             out.write(chunk)
     finally:
-        if args.output:
+        if output:
             out.close()
         else:
             out.flush()
-    return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -52,13 +52,17 @@ _AGGREGATES = """count(*) AS requests,
   coalesce(sum(e.cost_nanos), 0) AS cost_nanos,
   count(*) FILTER (WHERE e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL) AS unpriced"""
 
+# The principal's name, over any alias-`e` table with principal_kind and principal_id (events, batches).
+PRINCIPAL_NAME = ("CASE e.principal_kind WHEN 'user' THEN (SELECT name FROM users WHERE id = e.principal_id)"
+                  " WHEN 'service_account' THEN (SELECT name FROM service_accounts WHERE id = e.principal_id)"
+                  " END AS principal")
+
 _EVENT_COLUMNS = """e.id, e.request_id, e.source, e.created_at, e.started_at, e.duration_ms, e.route, e.status,
   e.upstream_status, e.error_code, e.model_requested, e.model_resolved, e.host_id, e.host_name, e.binding_id,
   e.adapter, e.host_key_name, e.credential_kind, e.credential_id, e.relay_key_hash, e.principal_kind,
   e.principal_id, e.policy_id, e.project_id, e.team_id, e.input_tokens, e.output_tokens, e.cached_tokens,
   e.cost_nanos, e.attempts, e.streamed, e.batch_id, e.batch_idx,
-  CASE e.principal_kind WHEN 'user' THEN (SELECT name FROM users WHERE id = e.principal_id)
-    WHEN 'service_account' THEN (SELECT name FROM service_accounts WHERE id = e.principal_id) END AS principal,
+  """ + PRINCIPAL_NAME + """,
   (SELECT name FROM policies WHERE id = e.policy_id) AS policy,
   (SELECT name FROM projects WHERE id = e.project_id) AS project,
   (SELECT name FROM teams WHERE id = e.team_id) AS team"""
@@ -136,11 +140,11 @@ def event_where(flt: UsageFilter, vis: Visibility) -> Where:
     for name, (column, table) in _NAMED_TABLES.items():
         value = getattr(flt, name)
         if value is not None:
-            clause, values = _name_or_id(column, table, value)
+            clause, values = name_or_id_clause(column, table, value)
             clauses.append(clause)
             params += values
     if flt.principal is not None:
-        clause, values = _principal(flt.principal)
+        clause, values = principal_clause(flt.principal)
         clauses.append(clause)
         params += values
     return " AND ".join(clauses) or "true", params
@@ -158,14 +162,15 @@ def _visibility(vis: Visibility) -> tuple[list[str], list[Any]]:
     return ["false"], []  # a reader with no identity sees nothing
 
 
-def _name_or_id(column: str, table: str, value: str) -> Where:
+def name_or_id_clause(column: str, table: str, value: str) -> Where:
+    """`e.COLUMN` is VALUE's id, or the id of the TABLE row named VALUE (alias `e`: events or batches)."""
     uid = as_uuid(value)
     if uid is not None:
         return f"e.{column} = %s", [uid]
     return f"e.{column} IN (SELECT id FROM {table} WHERE name = %s)", [value]
 
 
-def _principal(value: str) -> Where:
+def principal_clause(value: str) -> Where:
     """`user:NAME`, `service_account:ID`, or a bare name or id (either kind)."""
     kind, sep, rest = value.partition(":")
     kinds = [kind] if sep and kind in _PRINCIPAL_TABLES else list(_PRINCIPAL_TABLES)

@@ -1,0 +1,93 @@
+"""`relay admin-batches list|status|results|cancel|workers`: the operator's client of /admin/batches and
+/admin/workers over HTTP, with the admin token (every owner's batches, e.g. of a revoked or rotated key)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.commands.batches import ApiError, _call, _print_json, _request, write_stream
+
+_ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
+_FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor")
+
+
+def register(sub: Any) -> None:
+    admin = sub.add_parser("admin-batches", help="every owner's batches, the workers and the queue (admin token)")
+    cmds = admin.add_subparsers(dest="admin_batches_command", required=True, metavar="COMMAND")
+    p = _with_client(cmds.add_parser("list", help="every owner's batches, newest first, with filters"))
+    p.add_argument("--principal", help="user or service account: a name or id (user:NAME, service_account:NAME)")
+    p.add_argument("--credential", help="relay key id or inference token id")
+    p.add_argument("--policy", help="a policy name or id")
+    p.add_argument("--from", help="created at or after (RFC 3339)")
+    p.add_argument("--to", help="created before (RFC 3339)")
+    p.add_argument("--status", choices=("queued", "cancelled"))
+    p.add_argument("--finished", choices=("true", "false"), help="every item final (true) or not yet (false)")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.set_defaults(func=_with_token(cmd_list))
+    p = _with_client(cmds.add_parser("status", help="any batch with its counts and a page of items"))
+    p.add_argument("id")
+    p.add_argument("--state", choices=_ITEM_STATES, help="list items in this state")
+    p.add_argument("--after", type=int, default=-1, help="list items with idx greater than this")
+    p.add_argument("--limit", type=int, default=20, help="items to list (default 20)")
+    p.set_defaults(func=_with_token(cmd_status))
+    p = _with_client(cmds.add_parser("results", help="write any batch's results (JSON Lines) to stdout or --output"))
+    p.add_argument("id")
+    p.add_argument("--output", "-o", type=Path)
+    p.set_defaults(func=_with_token(cmd_results))
+    p = _with_client(cmds.add_parser("cancel", help="cancel any batch"))
+    p.add_argument("id")
+    p.set_defaults(func=_with_token(cmd_cancel))
+    p = _with_client(cmds.add_parser("workers", help="worker processes (alive or not) and the item queue's depth"))
+    p.set_defaults(func=_with_token(cmd_workers))
+
+
+def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
+    p.add_argument("--token", dest="key", default=os.environ.get("RELAY_ADMIN_TOKEN"),
+                   help="the admin token (default $RELAY_ADMIN_TOKEN)")
+    return p
+
+
+def _with_token(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """COMMAND, after checking that an admin token was given (the API would answer 401 anyway, less clearly)."""
+    def run(args: argparse.Namespace) -> int:
+        if not args.key:
+            raise ApiError("missing_token", "pass --token or set RELAY_ADMIN_TOKEN")
+        return command(args)
+    return run
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    params.update({name: getattr(args, name) for name in (*_FILTERS, "finished") if getattr(args, name)})
+    _print_json(_call(args, "GET", "/admin/batches", params=params))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit, "after": args.after}
+    if args.state:
+        params["state"] = args.state
+    _print_json(_call(args, "GET", f"/admin/batches/{args.id}", params=params))
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    response = _request(args, "GET", f"/admin/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
+    write_stream(response, args.output)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    _print_json(_call(args, "POST", f"/admin/batches/{args.id}/cancel"))
+    return 0
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    _print_json(_call(args, "GET", "/admin/workers"))
+    return 0

@@ -1,0 +1,94 @@
+// The operator's view (admin token): workers alive from their heartbeats, the item queue's depth, a link to the
+// RabbitMQ management UI, and every owner's batches with filters.
+import { call } from "./api.js";
+import { liveBatchList } from "./batches.js";
+import { errorBox, every, h, keepFocus, localTime, replace, table } from "./ui.js";
+
+const FILTERS = ["principal", "policy", "state", "credential"];
+const STATES = [["", "any"], ["active", "active (items queued or running)"], ["finished", "finished"],
+  ["cancelled", "cancelled"]];
+
+export function operatorView(main, route, session) {
+  if (session.role !== "admin") {
+    replace(main, h("h1", { tabindex: "-1" }, "Operator"),
+      h("p", {}, "The operator view needs the admin token. Sign out and sign in with RELAY_ADMIN_TOKEN."));
+    return () => {};
+  }
+  const fleet = h("div", { id: "fleet" }, h("p", {}, "Loading…"));
+  const list = h("div", { id: "operator-batches" });
+  const current = Object.fromEntries(FILTERS.map((f) => [f, route.query.get(f) || ""]));
+  replace(main, h("h1", { tabindex: "-1" }, "Operator"),
+    h("section", { "aria-labelledby": "fleet-h" }, h("h2", { id: "fleet-h" }, "Workers and queue"), fleet),
+    h("section", { "aria-labelledby": "all-h" }, h("h2", { id: "all-h" }, "Every batch"), filterForm(current), list));
+  const stopFleet = every(3000, async () => {
+    try {
+      const status = await call("/admin/workers");
+      keepFocus(fleet, () => renderFleet(fleet, status));
+    } catch (err) {
+      replace(fleet, errorBox(err));
+    }
+  });
+  const stopList = liveBatchList(list, {
+    role: "admin", query: { ...listQuery(current), cursor: route.query.get("cursor") || "" },
+    caption: "Every batch, newest first",
+    pager: (c) => `#/operator?${new URLSearchParams({ ...dropEmpty(current), ...(c ? { cursor: c } : {}) })}`,
+  });
+  return () => {
+    stopFleet();
+    stopList();
+  };
+}
+
+function dropEmpty(values) {
+  return Object.fromEntries(Object.entries(values).filter(([, v]) => v));
+}
+
+// The console's "state" filter as the API's status / finished arguments.
+function listQuery({ principal, policy, state, credential }) {
+  const byState = { active: { finished: "false", status: "queued" }, finished: { finished: "true" },
+    cancelled: { status: "cancelled" } }[state] || {};
+  return { principal, policy, credential, ...byState };
+}
+
+function filterForm(current) {
+  const field = (name, label, hint) => h("div", { class: "field" }, h("label", { for: `f-${name}` }, label),
+    h("input", { id: `f-${name}`, name, value: current[name], placeholder: hint, autocomplete: "off" }));
+  const form = h("form", { class: "form inline", id: "operator-filters" },
+    field("principal", "Principal", "name, user:NAME or id"), field("policy", "Policy", "name or id"),
+    h("div", { class: "field" }, h("label", { for: "f-state" }, "State"), h("select", { id: "f-state", name: "state" },
+      STATES.map(([v, text]) => h("option", { value: v, selected: v === current.state }, text)))),
+    field("credential", "Credential id", "relay key or token id"),
+    h("button", { type: "submit", class: "button" }, "Filter"),
+    h("a", { href: "#/operator", class: "button subtle" }, "Clear"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const values = Object.fromEntries(FILTERS.map((f) => [f, form.elements[f].value.trim()]));
+    window.location.hash = `#/operator?${new URLSearchParams(dropEmpty(values))}`;
+  });
+  return form;
+}
+
+function renderFleet(box, status) {
+  const q = status.queue;
+  const queueText = q.reachable
+    ? `${q.messages} message${q.messages === 1 ? "" : "s"} waiting, ${q.consumers} consumer${q.consumers === 1 ? "" : "s"}`
+    : "RabbitMQ cannot be reached";
+  const ui = status.broker_ui_url
+    ? h("a", { href: status.broker_ui_url, target: "_blank", rel: "noopener noreferrer" },
+      "Open the RabbitMQ management UI")
+    : h("span", { class: "muted" }, "RabbitMQ management UI: set RELAY_BROKER_UI_URL to link it here");
+  const rows = status.workers.map((w) => h("tr", { dataset: { worker: w.id } },
+    h("td", {}, h("code", {}, w.id)), h("td", {}, w.hostname), h("td", { class: "num" }, String(w.pid)),
+    h("td", {}, h("span", { class: `badge ${w.alive ? "state-completed" : "state-discarded"}` },
+      w.alive ? "alive" : "silent")),
+    h("td", {}, `${Math.round(w.seen_ago_s)} s ago`), h("td", {}, localTime(w.started_at)),
+    h("td", { class: "num" }, String(w.running))));
+  replace(box,
+    h("dl", { class: "facts wide" },
+      h("dt", {}, "Workers alive"), h("dd", { id: "workers-alive" }, `${status.alive} of ${status.workers.length}`,
+        h("span", { class: "muted" }, ` (silent after ${status.lost_after_s} s without a heartbeat)`)),
+      h("dt", {}, "Item queue"), h("dd", { id: "queue-depth" }, h("code", {}, q.name), ": ", queueText),
+      h("dt", {}, "Broker"), h("dd", {}, ui)),
+    rows.length ? table(["Worker", "Host", "PID", "State", "Last heartbeat", "Started", "Running items"], rows,
+      "Worker processes") : h("p", { class: "empty" }, "No worker has sent a heartbeat."));
+}
