@@ -50,7 +50,7 @@ class BatchWorkerBoot(Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         settings = Settings.from_env()
         ctx = _state["ctx"] = build_context(settings, threads=worker.worker_threads)
-        dispatcher = Dispatcher(ctx.runtime)
+        dispatcher = Dispatcher(ctx.runtime, item_seconds=lambda: ctx.item_seconds)
         ctx.finished.append(dispatcher.item_finished)
         beats = Heartbeat(ctx)
         heartbeat = Periodic("relay-heartbeat", settings.worker_heartbeat_s, beats, on_stop=beats.close)

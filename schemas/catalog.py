@@ -135,6 +135,9 @@ class PolicySchema(Schema):
                                   validate=validate.OneOf(KEY_SELECTIONS, error="must be one of {choices}"))
     circuit_breaker = fields.Nested(CircuitBreakerSchema, load_default=lambda: {"failures": 5, "cooldown": 30.0})
     payload_logging = StrictBoolean(load_default=False)
+    batch_weight = fields.Float(load_default=1.0, allow_nan=False,
+                                validate=validate.Range(min=0.01, max=1000, error="must be from 0.01 to 1000"),
+                                metadata={"description": "share of the batch workers relative to other owners"})
 
 
 class TeamSchema(Schema):

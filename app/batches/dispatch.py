@@ -5,16 +5,18 @@ local items finishing, and polling every second, so an API that died right after
 Publishing twice is harmless: the item claim dedupes.
 
 Order of work (fair share): each pass splits the room in the window between the owners with items left to
-publish (the credential that submitted, or the user for tokens), equally, then between one owner's batches, oldest
-first; messages are interleaved across owners. So a new owner's batch is published at the next pass, behind at
-most one window of other owners' items, however large their backlog.
+publish (the credential that submitted, or the user for tokens) in proportion to their policies' `batch_weight`
+(default 1: equal shares), then between one owner's batches, oldest first; messages are interleaved across owners.
+So a new owner's batch is published at the next pass, behind at most one window of other owners' items, however
+large their backlog; and the window holds about two messages per live worker thread, each message about
+MESSAGE_TARGET_S of work, so that is a fraction of a second of work.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -31,6 +33,7 @@ log = logging.getLogger("relay.batches.dispatch")
 ITEM_ACTOR = "run_batch_items"  # the actor (in actors/batch_items.py) that takes (batch_id, [idx, ...])
 DISPATCH_LOCK = 0x5E1A7B01  # advisory lock: one publishing dispatcher at a time
 MAX_GROUP = 8  # items per message at most
+MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
 CHUNK = 2000  # items published per pass at most
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 _PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -78,14 +81,15 @@ def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int) -> tuple
 
 
 def _shares(owners: dict[str, list[dict[str, Any]]], room: int) -> dict[str, int]:
-    """Water-filling: an equal share each, what an owner cannot use goes to the others."""
+    """Water-filling: a share in proportion to each owner's weight, what an owner cannot use goes to the others."""
     want = {o: sum(b["total"] - b["published_upto"] for b in owned) for o, owned in owners.items()}
+    weight = {o: max(float(b.get("weight") or 1.0) for b in owned) for o, owned in owners.items()}
     share = dict.fromkeys(owners, 0)
     active = [o for o in owners if want[o] > 0]
     while room > 0 and active:
-        each = max(1, room // len(active))
+        unit = room / sum(weight[o] for o in active)
         for owner in list(active):
-            give = min(each, want[owner] - share[owner], room)
+            give = min(max(1, int(unit * weight[owner])), want[owner] - share[owner], room)
             share[owner] += give
             room -= give
             if share[owner] >= want[owner]:
@@ -103,8 +107,10 @@ def _interleave(queues: list[list[Publication]]) -> list[list[Publication]]:
 class Dispatcher:
     """A daemon thread that pumps the outbox; `wake()` makes it look now."""
 
-    def __init__(self, runtime: Runtime, *, poll_s: float = 1.0) -> None:
+    def __init__(self, runtime: Runtime, *, item_seconds: Callable[[], float] = lambda: 0.0,
+                 poll_s: float = 1.0) -> None:
         self.runtime = runtime
+        self._item_seconds = item_seconds  # how long an item takes here lately (wall time)
         self.queue = runtime.settings.queue_name
         self.max_window = runtime.settings.dispatch_window
         self._poll_s = poll_s
@@ -164,10 +170,12 @@ class Dispatcher:
         self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
 
     def window(self, threads: int, backlog: int) -> tuple[int, int]:
-        """(window, items per message): enough published to keep every live thread busy (two messages each, as
-        Dramatiq prefetches), messages larger only when the backlog is deep, capped by RELAY_DISPATCH_WINDOW."""
+        """(window, items per message): enough published to keep every live thread busy (two messages each), items
+        grouped only when they are fast (about MESSAGE_TARGET_S of work a message) and the backlog is deep, capped
+        by RELAY_DISPATCH_WINDOW."""
         threads = max(threads, 1)
-        group = max(1, min(MAX_GROUP, backlog // (4 * threads)))
+        by_time = int(MESSAGE_TARGET_S / max(self._item_seconds(), 1e-3))
+        group = max(1, min(MAX_GROUP, by_time, backlog // (4 * threads)))
         window = min(self.max_window, 2 * threads * group + threads)
         self._refill = max(1, window // 10)  # a pass costs a few queries: refill in steps, not per item
         return window, group

@@ -27,11 +27,13 @@ def try_leader_lock(conn: Conn, lock_id: int) -> bool:
 
 
 def outbox_batches(conn: Conn, limit: int = 200) -> list[Row]:
-    """Batches (not cancelled) with items left to publish, oldest first: id, owner, policy, cursor and total."""
+    """Batches (not cancelled) with items left to publish, oldest first: id, owner, policy (its name and batch
+    weight), cursor and total."""
     return conn.execute(
-        "SELECT id, owner, policy_id, published_upto, total FROM batches"
-        " WHERE dispatched_at IS NULL AND status = 'queued' AND published_upto < total"
-        " ORDER BY created_at, id LIMIT %s", (limit,)).fetchall()
+        "SELECT b.id, b.owner, b.policy_id, p.name AS policy, p.batch_weight AS weight, b.published_upto, b.total"
+        " FROM batches b JOIN policies p ON p.id = b.policy_id"
+        " WHERE b.dispatched_at IS NULL AND b.status = 'queued' AND b.published_upto < b.total"
+        " ORDER BY b.created_at, b.id LIMIT %s", (limit,)).fetchall()
 
 
 def in_flight(conn: Conn) -> int:

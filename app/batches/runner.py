@@ -54,6 +54,7 @@ class WorkerContext:
     threads: int = 8  # items this process runs at once
     registry: ItemRegistry = field(default_factory=ItemRegistry)
     stopping: threading.Event = field(default_factory=threading.Event)  # graceful stop: start no new item
+    item_seconds: float = 0.0  # moving average of an item's wall time here (the dispatcher sizes messages by it)
     finished: list[Any] = field(default_factory=list)  # callbacks run as items become final (the dispatcher)
 
     def on_finalized(self) -> None:
@@ -123,7 +124,9 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[
     finally:
         ctx.registry.remove(key)
         interrupter.release()
-    observe_item(ending.outcome.state, time.time() - item.started)
+    took = time.time() - item.started
+    observe_item(ending.outcome.state, took)
+    ctx.item_seconds = took if not ctx.item_seconds else 0.9 * ctx.item_seconds + 0.1 * took
     future = ctx.writer.finalize(_final(item, ending, ctx.worker_id))
     ctx.on_finalized()
     return ending.outcome.state, future

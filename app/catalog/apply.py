@@ -146,7 +146,8 @@ class _Reconciler:
                                "key_selection": p["key_selection"],
                                "breaker_failures": p["circuit_breaker"]["failures"],
                                "breaker_cooldown_s": float(p["circuit_breaker"]["cooldown"]),
-                               "payload_logging": p["payload_logging"]} for p in policies}
+                               "payload_logging": p["payload_logging"],
+                               "batch_weight": float(p["batch_weight"])} for p in policies}
         ids = self._upsert("policies", "policies", desired, self.live_policies)
         for p in policies:
             policy_id = ids[p["name"]]

@@ -76,8 +76,8 @@ def load_catalog_rows(conn: Connection[Any]) -> CatalogRows:
         models=q("SELECT id, name, enabled FROM models ORDER BY name").fetchall(),
         bindings=q("SELECT id, model_id, position, host_id, adapter, upstream_model, input_per_mtok, output_per_mtok,"
                    " cached_input_per_mtok, enabled FROM bindings ORDER BY model_id, position").fetchall(),
-        policies=q("SELECT id, name, enabled, deleted_at, models, key_selection, breaker_failures,"
-                   " breaker_cooldown_s, payload_logging FROM policies ORDER BY name, created_at").fetchall(),
+        policies=q("SELECT id, name, enabled, deleted_at, models, key_selection, breaker_failures, breaker_cooldown_s,"
+                   " payload_logging, batch_weight FROM policies ORDER BY name, created_at").fetchall(),
         rate_limits=q("SELECT id, policy_id, position, requests, tokens, window_s FROM policy_rate_limits"
                       " ORDER BY policy_id, position").fetchall(),
         policy_keys=q("SELECT policy_id, host_key_id, position FROM policy_keys"
