@@ -14,6 +14,7 @@ MESSAGE_TARGET_S of work, so that is a fraction of a second of work.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -56,13 +57,14 @@ class Publication:
 Cursor = tuple[UUID, int]  # a batch and its new publish cursor
 
 
-def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int) -> tuple[list[Publication], list[Cursor]]:
-    """Split ROOM items between the owners of BATCHES equally (then between an owner's batches, oldest first),
-    in messages of up to GROUP items interleaved across owners; the messages and each batch's new cursor."""
+def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int,
+              in_flight: dict[str, int] | None = None) -> tuple[list[Publication], list[Cursor]]:
+    """Split ROOM items between the owners of BATCHES (see _shares), then between an owner's batches, oldest
+    first, in messages of up to GROUP items interleaved across owners; the messages and each batch's new cursor."""
     owners: dict[str, list[dict[str, Any]]] = {}
     for batch in batches:
         owners.setdefault(batch["owner"], []).append(batch)
-    share = _shares(owners, room)
+    share = _shares(owners, room, in_flight or {})
     queues: list[list[Publication]] = []
     cursors: list[Cursor] = []
     for owner, owned in owners.items():
@@ -80,22 +82,21 @@ def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int) -> tuple
     return [m for round_ in _interleave(queues) for m in round_], cursors
 
 
-def _shares(owners: dict[str, list[dict[str, Any]]], room: int) -> dict[str, int]:
-    """Water-filling: a share in proportion to each owner's weight, what an owner cannot use goes to the others."""
+def _shares(owners: dict[str, list[dict[str, Any]]], room: int, in_flight: dict[str, int]) -> dict[str, int]:
+    """Water-filling on what each owner has in flight: each item of ROOM goes to the owner whose items in flight
+    (already published, plus given now), divided by its weight, are fewest; so owners run in proportion to their
+    policies' batch_weight, and a new owner gets the room first."""
     want = {o: sum(b["total"] - b["published_upto"] for b in owned) for o, owned in owners.items()}
     weight = {o: max(float(b.get("weight") or 1.0) for b in owned) for o, owned in owners.items()}
     share = dict.fromkeys(owners, 0)
-    active = [o for o in owners if want[o] > 0]
-    while room > 0 and active:
-        unit = room / sum(weight[o] for o in active)
-        for owner in list(active):
-            give = min(max(1, int(unit * weight[owner])), want[owner] - share[owner], room)
-            share[owner] += give
-            room -= give
-            if share[owner] >= want[owner]:
-                active.remove(owner)
-            if room <= 0:
-                break
+    heap = [(in_flight.get(o, 0) / weight[o], o) for o in owners if want[o] > 0]
+    heapq.heapify(heap)
+    while room > 0 and heap:
+        _, owner = heapq.heappop(heap)
+        share[owner] += 1
+        room -= 1
+        if share[owner] < want[owner]:
+            heapq.heappush(heap, ((in_flight.get(owner, 0) + share[owner]) / weight[owner], owner))
     return share
 
 
@@ -192,11 +193,12 @@ class Dispatcher:
                 return 0
             backlog = sum(b["total"] - b["published_upto"] for b in batches)
             window, group = self.window(outbox.live_threads(conn, settings.worker_lost_after_s), backlog)
-            room = min(CHUNK, window - outbox.in_flight(conn))
+            flying = outbox.in_flight(conn)
+            room = min(CHUNK, window - sum(flying.values()))
             self._window_full = room <= 0
             if room <= 0:
                 return 0
-            messages, cursors = plan_pass(batches, room, group)
+            messages, cursors = plan_pass(batches, room, group, flying)
             self._publish(messages)
             outbox.advance(conn, cursors)
         return sum(len(m.idxs) for m in messages)

@@ -36,13 +36,13 @@ def outbox_batches(conn: Conn, limit: int = 200) -> list[Row]:
         " ORDER BY b.created_at, b.id LIMIT %s", (limit,)).fetchall()
 
 
-def in_flight(conn: Conn) -> int:
-    """Published items not yet final, over every unfinished batch (the dispatch window)."""
-    row = conn.execute(
-        "SELECT coalesce(sum(greatest(0, b.published_upto - coalesce((SELECT sum(p.completed + p.discarded"
-        " + p.cancelled) FROM batch_progress p WHERE p.batch_id = b.id), 0))), 0) AS n"
-        " FROM batches b WHERE b.finished_at IS NULL").fetchone()
-    return int(row["n"]) if row else 0
+def in_flight(conn: Conn) -> dict[str, int]:
+    """Published items not yet final, per owner, over every unfinished batch (their sum is the dispatch window)."""
+    rows = conn.execute(
+        "SELECT b.owner, sum(greatest(0, b.published_upto - coalesce((SELECT sum(p.completed + p.discarded"
+        " + p.cancelled) FROM batch_progress p WHERE p.batch_id = b.id), 0))) AS n"
+        " FROM batches b WHERE b.finished_at IS NULL GROUP BY b.owner").fetchall()
+    return {r["owner"]: int(r["n"]) for r in rows}
 
 
 def live_threads(conn: Conn, seen_within_s: float) -> int:
