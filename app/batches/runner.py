@@ -21,7 +21,7 @@ from app.batches.registry import ItemRegistry
 from app.db import Statement, autocommit, execute_together
 from app.errors import RelayError
 from app.observability.metrics import observe_item
-from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
+from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable, ResponseRef
 from app.pipeline import run_inference
 from app.pipeline.interrupt import Interrupted, Interrupter
 from app.pipeline.types import InferenceCall
@@ -55,6 +55,7 @@ class Outcome:
     recorded: bool = False  # the pipeline already wrote this item's usage event
     record: list[Statement] | None = field(default=None, compare=False)
     # the pipeline's usage writes for this item, committed together with its final state
+    response: ResponseRef | None = None  # where the stored (already durable) response is
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,11 @@ def _store_response(ctx: WorkerContext, item: ClaimedItem, body: bytes) -> Outco
     if b"\n" in body or b"\r" in body:
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     try:
-        ctx.payloads.write_response(item.batch_id, item.idx, body)
+        ref = ctx.payloads.append_response(item.batch_id, item.idx, body)
+        ctx.payloads.sync()  # durable before the ref is committed (one item at a time until finalize is grouped)
     except PayloadStoreUnavailable as exc:
         return Outcome("discarded", f"cannot store the response: {exc.message}", exc.code, 507, True)
-    return Outcome("completed", recorded=True)
+    return Outcome("completed", recorded=True, response=ref)
 
 
 def _stopped(interrupter: Interrupter) -> Outcome | None:
@@ -207,14 +209,15 @@ def finalize(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
 def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> None:
     if outcome.record is not None:  # the final state and the pipeline's usage writes: one atomic statement
         final = store.finalize_statement(item.batch_id, item.idx, state=outcome.state, error=outcome.error,
-                                         error_code=outcome.error_code, worker_id=ctx.worker_id)
+                                         error_code=outcome.error_code, worker_id=ctx.worker_id,
+                                         response=outcome.response)
         with autocommit(ctx.runtime.pool) as conn:
             execute_together(conn, [final, *outcome.record])
         return
     if outcome.recorded:
         with autocommit(ctx.runtime.pool) as conn:
             store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,
-                                error_code=outcome.error_code, worker_id=ctx.worker_id)
+                                error_code=outcome.error_code, worker_id=ctx.worker_id, response=outcome.response)
         return
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         done = store.finalize_item(conn, item.batch_id, item.idx, state=outcome.state, error=outcome.error,

@@ -16,8 +16,11 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.payloads import ResponseRef
+
 Row = dict[str, Any]
 Conn = Connection[Any]
+ResultRow = tuple[int, str, str | None, ResponseRef | None]  # idx, state, error, where its response is
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
@@ -98,12 +101,13 @@ def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None
     return conn.execute(sql, params).fetchall()
 
 
-def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[tuple[int, str, str | None]]:
-    """(idx, state, error) of the next LIMIT items after AFTER, in idx order."""
+def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[ResultRow]:
+    """(idx, state, error, response ref) of the next LIMIT items after AFTER, in idx order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, state, error FROM batch_items WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s",
-                (batch_id, after, limit))
-    return cur.fetchall()  # type: ignore[no-any-return]
+    cur.execute("SELECT idx, state, error, response_segment, response_offset, response_length FROM batch_items"
+                " WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
+    return [(idx, state, error, ResponseRef(segment, offset, length) if segment is not None else None)
+            for idx, state, error, segment, offset, length in cur.fetchall()]
 
 
 def cancel_batch(conn: Conn, batch_id: UUID) -> int:
@@ -172,19 +176,23 @@ def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Ro
 
 
 def finalize_item(conn: Conn, batch_id: UUID, idx: int, *, state: str, error: str | None, error_code: str | None,
-                  from_state: str = "running", worker_id: str | None = None) -> bool:
+                  from_state: str = "running", worker_id: str | None = None,
+                  response: ResponseRef | None = None) -> bool:
     """FROM_STATE (owned by WORKER_ID when given) → a final STATE; False when the item was not in that state."""
     statement = finalize_statement(batch_id, idx, state=state, error=error, error_code=error_code,
-                                   from_state=from_state, worker_id=worker_id)
+                                   from_state=from_state, worker_id=worker_id, response=response)
     return conn.execute(*statement).rowcount == 1
 
 
 def finalize_statement(batch_id: UUID, idx: int, *, state: str, error: str | None, error_code: str | None,
-                       from_state: str = "running", worker_id: str | None = None) -> tuple[str, list[Any]]:
-    """The update finalize_item makes."""
-    sql = ("UPDATE batch_items SET state = %s, error = %s, error_code = %s, finished_at = now()"
+                       from_state: str = "running", worker_id: str | None = None,
+                       response: ResponseRef | None = None) -> tuple[str, list[Any]]:
+    """The update finalize_item makes (with where the item's response is, once it is durable)."""
+    sql = ("UPDATE batch_items SET state = %s, error = %s, error_code = %s, finished_at = now(),"
+           " response_segment = %s, response_offset = %s, response_length = %s"
            " WHERE batch_id = %s AND idx = %s AND state = %s")
-    params: list[Any] = [state, error, error_code, batch_id, idx, from_state]
+    ref = (response.segment, response.offset, response.length) if response else (None, None, None)
+    params: list[Any] = [state, error, error_code, *ref, batch_id, idx, from_state]
     if worker_id is not None:
         sql += " AND worker_id = %s"
         params.append(worker_id)
