@@ -176,9 +176,10 @@ class PayloadStore:
         folder = self.batch_dir(batch_id)
         self._segments.forget(batch_id)
         self._files.drop(str(folder) + os.sep)
-        for path in (folder, self.root / STAGING / str(batch_id)):
+        paths = (folder, self.root / STAGING / str(batch_id))
+        for path in paths:
             shutil.rmtree(path, ignore_errors=True)
-        return not folder.exists()
+        return not any(path.exists() for path in paths)
 
     def folders(self) -> Iterator[tuple[UUID, Path]]:
         """Every batch folder, published or staging, by batch id (what `relay batches purge` checks for strays)."""

@@ -15,7 +15,7 @@ import psycopg
 
 from app.auth_model import Caller
 from app.batches import store
-from app.batches.errors import BatchBodyTooLarge, BatchNotFound
+from app.batches.errors import BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.intake import parse_batch
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
@@ -134,6 +134,23 @@ def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
         fresh = store.get_batch(conn, row["id"]) or row
         counts = store.item_counts(conn, row["id"])
     return batch_view(fresh, counts, items=[], next_after=-1)
+
+
+def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
+    """Delete a finished (or cancelled and settled) batch: its rows and payload files go, its usage events stay.
+
+    409 batch_not_finished while an item is queued or running. Afterwards the batch answers 404 like any unknown id.
+    """
+    with runtime.pool.connection() as conn, conn.transaction():
+        row = _owned(conn, caller, batch_id)
+        if not store.delete_finished_batch(conn, row["id"]):
+            counts = store.item_counts(conn, row["id"])
+            waiting = {"queued": counts.get("queued", 0), "running": counts.get("running", 0)}
+            raise BatchNotFinished(message=f"the batch still has {waiting['queued']} queued and {waiting['running']}"
+                                           " running items: cancel it or wait until it finishes, then delete it",
+                                   details=waiting)
+    payload_store(runtime).remove_batch(row["id"])  # after the commit: a crash here leaves a stray folder for purge
+    return {"id": row["id"], "object": "batch", "deleted": True}
 
 
 def open_results(runtime: Runtime, caller: Caller, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:

@@ -304,3 +304,35 @@ def unpublish_stale(conn: Conn, older_than_s: float) -> int:
 def _copy_text(value: str) -> str:
     """Escape a value for COPY's text format."""
     return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+# Retention: a batch goes with its items (ON DELETE CASCADE); its usage events stay (they do not reference it).
+_NOTHING_RUNS = ("NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id"
+                 " AND i.state IN ('queued', 'running'))")
+
+
+def delete_finished_batch(conn: Conn, batch_id: UUID) -> bool:
+    """Delete the batch and its items unless an item is still queued or running; whether it was deleted."""
+    cur = conn.execute(f"DELETE FROM batches b WHERE id = %s AND {_NOTHING_RUNS}", (batch_id,))
+    return cur.rowcount == 1
+
+
+def delete_batches_finished_before(conn: Conn, before: datetime, *, limit: int) -> list[Row]:
+    """Delete up to LIMIT batches finished before BEFORE (oldest first) with their items; (id, total) of each."""
+    return conn.execute(
+        f"DELETE FROM batches b WHERE id IN (SELECT id FROM batches WHERE finished_at < %s ORDER BY finished_at"
+        f" LIMIT %s FOR UPDATE SKIP LOCKED) AND {_NOTHING_RUNS} RETURNING id, total", (before, limit)).fetchall()
+
+
+def count_batches_finished_before(conn: Conn, before: datetime) -> Row:
+    """How many batches (and items) finished before BEFORE."""
+    row = conn.execute("SELECT count(*) AS batches, coalesce(sum(total), 0) AS items FROM batches"
+                       " WHERE finished_at < %s", (before,)).fetchone()
+    assert row is not None
+    return row  # type: ignore[no-any-return]
+
+
+def existing_batches(conn: Conn, batch_ids: Sequence[UUID]) -> set[UUID]:
+    """Those of BATCH_IDS that have a batch row."""
+    rows = conn.execute("SELECT id FROM batches WHERE id = ANY(%s)", (list(batch_ids),)).fetchall()
+    return {r["id"] for r in rows}
