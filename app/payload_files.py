@@ -15,11 +15,10 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 MAGIC = b"RLYREQ01"
 _TRAILER = struct.Struct("<Q8s")
@@ -236,21 +235,28 @@ class _Handle:
         self.retired = False
 
 
+FileKey = tuple[Any, str]  # (batch id, file name)
+T = TypeVar("T")
+
+
+def _nothing(fd: int) -> None:
+    return None
+
+
 class OpenFiles:
-    """Read-only descriptors by path, kept open for the next read; the least recently used are closed beyond
-    CAPACITY, each only once no thread is reading through it (a closed number could be reused by another file)."""
+    """Read-only descriptors by (batch id, file name), kept open for the next read; the least recently used are
+    closed beyond CAPACITY, each only once no thread is reading through it (its number could be reused)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, path_of: Callable[[FileKey], str]) -> None:
         self._lock = threading.Lock()
-        self._open: OrderedDict[str, _Handle] = OrderedDict()
-        self._capacity = capacity
+        self._open: OrderedDict[FileKey, _Handle] = OrderedDict()
+        self._capacity, self._path_of = capacity, path_of
 
-    @contextmanager
-    def use(self, path: str, describe: Callable[[int], Any] = lambda fd: None) -> Iterator[tuple[int, Any]]:
-        """(fd, DESCRIBE(fd)) of PATH, opened on first use; OSError when it cannot be opened."""
-        handle = self._acquire(path, describe)
+    def read(self, key: FileKey, reader: Callable[[int, Any], T], describe: Callable[[int], Any] = _nothing) -> T:
+        """READER(fd, DESCRIBE(fd)) on KEY's file, opened on first use; OSError when it cannot be opened."""
+        handle = self._acquire(key, describe)
         try:
-            yield handle.fd, handle.info
+            return reader(handle.fd, handle.info)
         finally:
             with self._lock:
                 handle.users -= 1
@@ -258,30 +264,32 @@ class OpenFiles:
             if close:
                 _close_quietly(handle.fd)
 
-    def drop(self, prefix: str) -> None:
-        """Close the descriptors of every path starting with PREFIX (once their readers are done)."""
+    def drop(self, batch_id: Any, name: str | None = None) -> None:
+        """Close the descriptors of a batch's files (or of one of them), once their readers are done."""
         with self._lock:
-            for path in [p for p in self._open if p.startswith(prefix)]:
-                self._retire(self._open.pop(path))
+            for key in [k for k in self._open if k[0] == batch_id and name in (None, k[1])]:
+                self._retire(self._open.pop(key))
 
     def close(self) -> None:
-        self.drop("")
-
-    def _acquire(self, path: str, describe: Callable[[int], Any]) -> _Handle:
         with self._lock:
-            handle = self._open.get(path)
+            while self._open:
+                self._retire(self._open.popitem()[1])
+
+    def _acquire(self, key: FileKey, describe: Callable[[int], Any]) -> _Handle:
+        with self._lock:
+            handle = self._open.get(key)
             if handle is not None:
-                self._open.move_to_end(path)
+                self._open.move_to_end(key)
                 handle.users += 1
                 return handle
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._path_of(key), os.O_RDONLY | os.O_CLOEXEC)
         try:
             fresh = _Handle(fd, describe(fd))
         except BaseException:
             os.close(fd)
             raise
         with self._lock:
-            handle = self._open.setdefault(path, fresh)
+            handle = self._open.setdefault(key, fresh)
             handle.users += 1
             while len(self._open) > self._capacity:
                 self._retire(self._open.popitem(last=False)[1])

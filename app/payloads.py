@@ -27,6 +27,7 @@ from uuid import UUID
 from app.errors import InsufficientStorage
 from app.payload_files import (
     OpenFiles,
+    RequestIndex,
     Segment,
     Segments,
     ShortRead,
@@ -77,7 +78,7 @@ class PayloadStore:
     def __init__(self, root: str | os.PathLike[str], *, mode: int = DEFAULT_MODE) -> None:
         self.root = Path(root)
         self.file_mode, self.dir_mode = mode, directory_mode(mode)
-        self._files = OpenFiles(_OPEN_FILES)
+        self._files = OpenFiles(_OPEN_FILES, self._path_of)
         self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
         self._pid, self._token = os.getpid(), _process_token()
 
@@ -111,24 +112,22 @@ class PayloadStore:
 
     def read_request(self, batch_id: UUID, idx: int) -> bytes:
         """Item IDX's request body; PayloadMissing when this replica cannot see it."""
-        folder = self.batch_dir(batch_id)
         try:
-            with self._files.use(str(folder / REQUESTS_FILE), read_request_index) as (fd, index):
-                if not 0 <= idx < index.count:
-                    raise PayloadMissing(f"item {idx} is not in the request file ({index.count} items)")
-                return read_request_body(fd, index, idx)
+            return self._files.read((batch_id, REQUESTS_FILE), lambda fd, index: _request_body(fd, index, idx),
+                                    read_request_index)
         except FileNotFoundError:
             pass  # no request file: the older layout, or nothing visible here
         except OSError as exc:
             raise PayloadMissing(f"{REQUESTS_FILE}: {exc.strerror or exc}") from exc
-        return _read_whole(folder / f"{idx}.request.json")
+        return _read_whole(self.batch_dir(batch_id) / f"{idx}.request.json")
 
     # responses ---------------------------------------------------------------------------------------------------
 
     def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
         """Append item IDX's response to this process's segment of the batch; durable only after sync()."""
         if os.getpid() != self._pid:  # a forked child must not append to its parent's segments
-            self._segments, self._files = Segments(_OPEN_SEGMENTS, self._open_segment), OpenFiles(_OPEN_FILES)
+            self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
+            self._files = OpenFiles(_OPEN_FILES, self._path_of)
             self._pid, self._token = os.getpid(), _process_token()
         try:
             name, offset = self._segments.append(batch_id, body)
@@ -175,7 +174,7 @@ class PayloadStore:
         """Remove a batch's folder (and any staging leftover of it); whether nothing of it is left."""
         folder = self.batch_dir(batch_id)
         self._segments.forget(batch_id)
-        self._files.drop(str(folder) + os.sep)
+        self._files.drop(batch_id)
         paths = (folder, self.root / STAGING / str(batch_id))
         for path in paths:
             shutil.rmtree(path, ignore_errors=True)
@@ -228,16 +227,17 @@ class PayloadStore:
             raise
         return Segment(fd, name, 0)
 
+    def _path_of(self, key: tuple[UUID, str]) -> str:
+        return os.path.join(self.root, str(key[0]), key[1])
+
     def _read_range(self, batch_id: UUID, ref: ResponseRef) -> bytes | None:
         if not _SEGMENT_NAME.fullmatch(ref.segment) or ref.offset < 0 or ref.length < 0:
             return None
-        path = str(self.batch_dir(batch_id) / ref.segment)
         for _ in range(2):
             try:
-                with self._files.use(path) as (fd, _info):
-                    return pread_exact(fd, ref.length, ref.offset)
+                return self._files.read((batch_id, ref.segment), lambda fd, _: pread_exact(fd, ref.length, ref.offset))
             except ShortRead:
-                self._files.drop(path)  # reopen once: a network filesystem checks a file's size again on open
+                self._files.drop(batch_id, ref.segment)  # reopen once: a network filesystem checks the size on open
             except OSError:
                 return None
         return None
@@ -270,6 +270,12 @@ def _spans(refs: list[tuple[ResponseRef, int]]) -> Iterator[list[tuple[ResponseR
         end = max(end, ref.offset + ref.length)
     if span:
         yield span
+
+
+def _request_body(fd: int, index: RequestIndex, idx: int) -> bytes:
+    if not 0 <= idx < index.count:
+        raise PayloadMissing(f"item {idx} is not in the request file ({index.count} items)")
+    return read_request_body(fd, index, idx)
 
 
 def _read_whole(path: Path) -> bytes:
