@@ -164,8 +164,8 @@ class PayloadStore:
                 by_segment.setdefault(ref.segment, []).append((ref, pos))
         for segment, refs in by_segment.items():
             refs.sort(key=lambda ref_pos: ref_pos[0].offset)
-            for span in _spans(refs):
-                self._read_span(batch_id, segment, span, found)
+            for start, end, span in _spans(refs):
+                self._read_span(batch_id, ResponseRef(segment, start, end - start), span, found)
         return found
 
     # retention ---------------------------------------------------------------------------------------------------
@@ -242,34 +242,34 @@ class PayloadStore:
                 return None
         return None
 
-    def _read_span(self, batch_id: UUID, segment: str, span: list[tuple[ResponseRef, int]],
+    def _read_span(self, batch_id: UUID, whole: ResponseRef, span: list[tuple[ResponseRef, int]],
                    found: list[bytes | memoryview | None]) -> None:
-        start = span[0][0].offset
-        end = max(ref.offset + ref.length for ref, _ in span)
-        data = self._read_range(batch_id, ResponseRef(segment, start, end - start))
-        if data is None:  # some range is not readable: item by item, so the others still come back
+        """Read WHOLE once and slice each ref of SPAN out of it (item by item if part of it is not readable)."""
+        data = self._read_range(batch_id, whole)
+        if data is None:
             for ref, pos in span:
                 found[pos] = self._read_range(batch_id, ref)
             return
-        view = memoryview(data)
+        view, start = memoryview(data), whole.offset
         for ref, pos in span:
             found[pos] = view[ref.offset - start:ref.offset - start + ref.length]
 
 
-def _spans(refs: list[tuple[ResponseRef, int]]) -> Iterator[list[tuple[ResponseRef, int]]]:
-    """REFS (sorted by offset) grouped into spans worth one read each."""
+def _spans(refs: list[tuple[ResponseRef, int]]) -> Iterator[tuple[int, int, list[tuple[ResponseRef, int]]]]:
+    """REFS (sorted by offset) grouped into spans worth one read each: (start, end, refs in it)."""
     span: list[tuple[ResponseRef, int]] = []
     start = end = 0
     for ref, pos in refs:
         if span and (ref.offset - end > _SPAN_GAP or ref.offset + ref.length - start > _SPAN_MAX):
-            yield span
+            yield start, end, span
             span = []
         if not span:
             start = end = ref.offset
         span.append((ref, pos))
-        end = max(end, ref.offset + ref.length)
+        if ref.offset + ref.length > end:
+            end = ref.offset + ref.length
     if span:
-        yield span
+        yield start, end, span
 
 
 def _request_body(fd: int, index: RequestIndex, idx: int) -> bytes:

@@ -71,7 +71,7 @@ def test_an_operator_chosen_mode_applies_to_files_and_gives_folders_the_matching
 
 def test_a_write_cut_midway_leaves_nothing_visible_and_no_staging_leftover(store: PayloadStore) -> None:
     def failing() -> Iterator[bytes]:
-        yield b"{}" * 5_000_000  # past the first chunk: bytes reach the file before the failure
+        yield from _bodies(2000)  # several gathered writes reach the file before the failure
         raise OSError(28, "No space left on device")
 
     batch = uuid4()
@@ -80,6 +80,19 @@ def test_a_write_cut_midway_leaves_nothing_visible_and_no_staging_leftover(store
     assert _files(store.root) == [] and not store.batch_dir(batch).exists()
     with pytest.raises(PayloadMissing):
         store.read_request(batch, 0)
+
+
+def test_a_short_gathered_write_is_finished_from_where_it_stopped(store: PayloadStore, monkeypatch) -> None:
+    real = os.writev
+
+    def short(fd: int, buffers: list[bytes]) -> int:
+        monkeypatch.setattr(os, "writev", real)
+        return os.write(fd, b"".join(buffers)[:1234])
+
+    monkeypatch.setattr(os, "writev", short)
+    batch, bodies = uuid4(), _bodies(100)
+    store.write_requests(batch, bodies)
+    assert [store.read_request(batch, idx) for idx in range(100)] == bodies
 
 
 def test_a_request_file_cut_short_is_missing_rather_than_misread(store: PayloadStore) -> None:
