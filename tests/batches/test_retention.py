@@ -14,9 +14,8 @@ from uuid import UUID, uuid4
 import pytest
 
 from app.batches.retention import purge_batches
-from app.batches.runner import WorkerContext, run_item
 from app.batches.service import payload_store
-from tests.batches.helpers import CHAT, get, submit, usage_events
+from tests.batches.helpers import CHAT, get, run_in_process, submit, usage_events
 from tests.processes import ROOT
 
 
@@ -24,15 +23,9 @@ def _delete(client: Any, key: str, batch_id: str) -> Any:
     return client.delete(f"/v1/batches/{batch_id}", headers={"Authorization": f"Bearer {key}"})
 
 
-def _run_in_process(runtime: Any, batch_id: str, count: int) -> None:
-    """Run every item here, as a worker would (responses go to this process's segment)."""
-    ctx = WorkerContext(runtime=runtime, worker_id=f"retention-{uuid4()}", payloads=payload_store(runtime))
-    assert [run_item(ctx, UUID(batch_id), idx) for idx in range(count)] == ["completed"] * count
-
-
 def _finished_batch(client: Any, key: str, runtime: Any, count: int = 3) -> str:
     batch_id = str(submit(client, key, [CHAT] * count).json["id"])
-    _run_in_process(runtime, batch_id, count)
+    assert run_in_process(runtime, batch_id, count) == ["completed"] * count
     return batch_id
 
 
