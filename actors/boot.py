@@ -15,7 +15,7 @@ from dramatiq.middleware import Middleware
 from app.batches import outbox
 from app.batches.dispatch import Dispatcher
 from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
-from app.batches.runner import WorkerContext
+from app.batches.runner import WorkerContext, unsynced
 from app.batches.service import payload_store
 from app.observability.metrics import start_worker_metrics_server
 from app.runtime import Runtime
@@ -40,7 +40,7 @@ def build_context(settings: Settings, threads: int) -> WorkerContext:
     runtime = Runtime.build(settings, pool_max=min(threads, settings.db_pool_max) + 6)
     worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     payloads = payload_store(runtime)
-    writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync)
+    writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced)
     return WorkerContext(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
 
 

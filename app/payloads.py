@@ -1,23 +1,51 @@
-"""The batch item file store: one request file and one response file per item under RELAY_BATCH_PAYLOAD_DIR.
+"""The batch payload store: a few files per batch under RELAY_BATCH_PAYLOAD_DIR, whatever its size.
 
-Layout: `<dir>/<batch_id>/<idx>.request.json` and `<dir>/<batch_id>/<idx>.response.json`.
-A batch's request files are written into `<dir>/.staging/<batch_id>` and the directory is renamed into
-place once every file is complete, so no reader ever sees a half-written file; one `os.sync()` makes them
-durable before the batch is committed. Response files are written one by one (temp file, fdatasync,
-`os.replace`).
+`<dir>/<batch_id>/` holds:
+- `requests.bin`: every item's request body, an offset index and a trailer (format in `app/payload_files.py`).
+  It is written in `<dir>/.staging/<batch_id>/`, synced once (the file, then the folder), and published by
+  renaming the folder into place, so a crash mid-write leaves nothing visible.
+- `responses-<process>-<n>.seg`: the responses one worker process appended, back to back. An item's
+  (segment, offset, length) is committed with its final state only after `sync()` made the bytes durable, and
+  readers read only committed ranges, so a crash mid-append never exposes a partial response.
+- `<idx>.request.json` / `<idx>.response.json`: the older one-file-per-item layout, still read.
+
+Files are created with mode RELAY_BATCH_PAYLOAD_MODE (0600 by default), folders with the same mode plus the
+search bit wherever it grants reading (0700).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
-import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
 from app.errors import InsufficientStorage
+from app.payload_files import (
+    OpenFiles,
+    RequestIndex,
+    Segment,
+    Segments,
+    ShortRead,
+    fsync_dir,
+    pread_exact,
+    read_request_body,
+    read_request_index,
+    write_request_file,
+)
+
+STAGING = ".staging"
+REQUESTS_FILE = "requests.bin"
+DEFAULT_MODE = 0o600
+_SEGMENT_NAME = re.compile(r"responses-[0-9a-f]+-[0-9a-f]+-[0-9]+\.seg")
+_OPEN_FILES = 64  # read descriptors kept open per process (request files and segments)
+_OPEN_SEGMENTS = 32  # segments kept open for appending per process, beyond those not yet synced
+_SPAN_GAP = 64 << 10  # results read a segment in spans joining ranges at most this far apart
+_SPAN_MAX = 8 << 20  # ... and at most this long
 
 
 class PayloadStoreUnavailable(InsufficientStorage):
@@ -27,104 +55,237 @@ class PayloadStoreUnavailable(InsufficientStorage):
 
 
 class PayloadMissing(Exception):
-    """An item's file is not visible to this replica (or cannot be read)."""
+    """An item's request is not visible to this replica (or cannot be read)."""
 
 
 @dataclass(frozen=True)
 class ResponseRef:
-    """Where an item's response is kept: a file of the batch's folder and the byte range in it."""
+    """Where an item's response is: a segment file in the batch's folder and a byte range in it."""
 
     segment: str
     offset: int
     length: int
 
 
-class PayloadStore:
-    """Reads and writes item files; every method is safe to call from several threads."""
+def directory_mode(file_mode: int) -> int:
+    """The folders' mode for FILE_MODE: the owner's rwx, and search wherever reading is granted."""
+    return file_mode | 0o700 | ((file_mode & 0o444) >> 2)
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+
+class PayloadStore:
+    """Reads and writes a process's batch payloads; every method is safe to call from many threads."""
+
+    def __init__(self, root: str | os.PathLike[str], *, mode: int = DEFAULT_MODE) -> None:
         self.root = Path(root)
-        self._tmp_counter = 0
-        self._lock = threading.Lock()
+        self.file_mode, self.dir_mode = mode, directory_mode(mode)
+        self._files = OpenFiles(_OPEN_FILES, self._path_of)
+        self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
+        self._pid, self._token = os.getpid(), _process_token()
 
     def batch_dir(self, batch_id: UUID) -> Path:
         return self.root / str(batch_id)
 
-    def request_path(self, batch_id: UUID, idx: int) -> Path:
-        return self.batch_dir(batch_id) / f"{idx}.request.json"
-
-    def response_path(self, batch_id: UUID, idx: int) -> Path:
-        return self.batch_dir(batch_id) / f"{idx}.response.json"
+    # requests ----------------------------------------------------------------------------------------------------
 
     def write_requests(self, batch_id: UUID, bodies: Iterable[bytes]) -> None:
-        """Write every request file of a new batch, publish them at once (rename) and sync them to disk."""
-        staging = self.root / ".staging" / str(batch_id)
+        """Write a new batch's request file, sync it once and publish its folder whole (rename)."""
+        staging = self.root / STAGING / str(batch_id)
         try:
-            staging.mkdir(parents=True)
-            for idx, body in enumerate(bodies):
-                fd = os.open(staging / f"{idx}.request.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    _write_all(fd, body)
-                finally:
-                    os.close(fd)
-            os.rename(staging, self.batch_dir(batch_id))
-            os.sync()
-        except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise PayloadStoreUnavailable(message=f"cannot write batch payload files: {exc.strerror or exc}") from exc
-
-    def remove_batch(self, batch_id: UUID) -> None:
-        """Best-effort removal of a batch's files (used when its commit failed)."""
-        shutil.rmtree(self.batch_dir(batch_id), ignore_errors=True)
-
-    def read_request(self, batch_id: UUID, idx: int) -> bytes:
-        """The request body of an item; PayloadMissing when this replica cannot see it."""
-        return self._read(self.request_path(batch_id, idx))
-
-    def read_response(self, batch_id: UUID, idx: int) -> bytes | None:
-        """The stored response body of an item, or None when it is not visible here."""
-        try:
-            return self._read(self.response_path(batch_id, idx))
-        except PayloadMissing:
-            return None
-
-    def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
-        """Keep an item's response; its ref is committed with the item's final state after sync()."""
-        self.write_response(batch_id, idx, body)
-        return ResponseRef(self.response_path(batch_id, idx).name, 0, len(body))
-
-    def sync(self) -> None:
-        """Make every response appended so far durable (each response file is synced as it is written)."""
-
-    def write_response(self, batch_id: UUID, idx: int, body: bytes) -> None:
-        """Store an item's response whole and durably; PayloadStoreUnavailable when it cannot be written."""
-        final = self.response_path(batch_id, idx)
-        with self._lock:
-            self._tmp_counter += 1
-            tmp = final.with_name(f".{idx}.{os.getpid()}.{threading.get_ident()}.{self._tmp_counter}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._make_dir(self.root)
+            self._make_dir(staging.parent)
+            os.mkdir(staging, self.dir_mode)
+            os.chmod(staging, self.dir_mode)
+            fd = os.open(staging / REQUESTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.file_mode)
             try:
-                _write_all(fd, body)
+                os.fchmod(fd, self.file_mode)
+                write_request_file(fd, bodies)
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, final)
+            fsync_dir(staging)
+            os.rename(staging, self.batch_dir(batch_id))
+            fsync_dir(self.root)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise PayloadStoreUnavailable(message=f"cannot write the response file: {exc.strerror or exc}") from exc
+            shutil.rmtree(staging, ignore_errors=True)
+            raise PayloadStoreUnavailable(message=f"cannot write the batch's request file: {exc.strerror or exc}") \
+                from exc
 
-    @staticmethod
-    def _read(path: Path) -> bytes:
+    def read_request(self, batch_id: UUID, idx: int) -> bytes:
+        """Item IDX's request body; PayloadMissing when this replica cannot see it."""
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            return self._files.read((batch_id, REQUESTS_FILE), lambda fd, index: _request_body(fd, index, idx),
+                                    read_request_index)
+        except FileNotFoundError:
+            pass  # no request file: the older layout, or nothing visible here
         except OSError as exc:
-            raise PayloadMissing(f"{path.name}: {exc.strerror or exc}") from exc
+            raise PayloadMissing(f"{REQUESTS_FILE}: {exc.strerror or exc}") from exc
+        return _read_whole(self.batch_dir(batch_id) / f"{idx}.request.json")
+
+    # responses ---------------------------------------------------------------------------------------------------
+
+    def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
+        """Append item IDX's response to this process's segment of the batch; durable only after sync()."""
+        if os.getpid() != self._pid:  # a forked child must not append to its parent's segments
+            self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
+            self._files = OpenFiles(_OPEN_FILES, self._path_of)
+            self._pid, self._token = os.getpid(), _process_token()
+        try:
+            name, offset = self._segments.append(batch_id, body)
+        except OSError as exc:
+            raise PayloadStoreUnavailable(message=f"cannot write the response: {exc.strerror or exc}") from exc
+        return ResponseRef(name, offset, len(body))
+
+    def sync(self) -> None:
+        """Make every response this process appended so far durable (one fdatasync per segment written to)."""
+        for segment in self._segments.unsynced():
+            try:
+                segment.sync()
+            except OSError as exc:
+                raise PayloadStoreUnavailable(message=f"cannot sync the responses: {exc.strerror or exc}") from exc
+
+    def read_response(self, batch_id: UUID, idx: int, ref: ResponseRef | None) -> bytes | None:
+        """Item IDX's stored response (REF None: the older layout's file), or None when it is not visible here."""
+        if ref is None:
+            try:
+                return _read_whole(self.batch_dir(batch_id) / f"{idx}.response.json").strip()
+            except PayloadMissing:
+                return None
+        return self._read_range(batch_id, ref)
+
+    def read_responses(self, batch_id: UUID,
+                       items: Sequence[tuple[int, ResponseRef | None]]) -> list[bytes | memoryview | None]:
+        """read_response for many items (idx, ref) at once: each segment read in a few large spans."""
+        found: list[bytes | memoryview | None] = [None] * len(items)
+        by_segment: dict[str, list[tuple[ResponseRef, int]]] = {}
+        for pos, (idx, ref) in enumerate(items):
+            if ref is None:
+                found[pos] = self.read_response(batch_id, idx, None)
+            else:
+                by_segment.setdefault(ref.segment, []).append((ref, pos))
+        for segment, refs in by_segment.items():
+            refs.sort(key=lambda ref_pos: ref_pos[0].offset)
+            for start, end, span in _spans(refs):
+                self._read_span(batch_id, ResponseRef(segment, start, end - start), span, found)
+        return found
+
+    # retention ---------------------------------------------------------------------------------------------------
+
+    def remove_batch(self, batch_id: UUID) -> bool:
+        """Remove a batch's folder (and any staging leftover of it); whether nothing of it is left."""
+        folder = self.batch_dir(batch_id)
+        self._segments.forget(batch_id)
+        self._files.drop(batch_id)
+        paths = (folder, self.root / STAGING / str(batch_id))
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+        return not any(path.exists() for path in paths)
+
+    def folders(self) -> Iterator[tuple[UUID, Path]]:
+        """Every batch folder, published or staging, by batch id (what `relay batches purge` checks for strays)."""
+        for parent in (self.root, self.root / STAGING):
+            try:
+                entries = list(os.scandir(parent))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    yield UUID(entry.name), Path(entry.path)
+                except ValueError:
+                    continue
+
+    def close(self) -> None:
+        """Sync what this process appended (best effort) and close every descriptor."""
+        try:
+            self.sync()
+        except PayloadStoreUnavailable:
+            pass
+        self._segments.close()
+        self._files.close()
+
+    # internals ---------------------------------------------------------------------------------------------------
+
+    def _make_dir(self, path: Path) -> None:
+        if path.is_dir():
+            return
+        os.makedirs(path, self.dir_mode, exist_ok=True)
+        os.chmod(path, self.dir_mode)
+
+    def _open_segment(self, batch_id: UUID, generation: int) -> Segment:
+        """Open (or create, durably named) this process's segment of a batch; never creates the batch's folder."""
+        name = f"responses-{self._token}-{generation}.seg"
+        path = self.batch_dir(batch_id) / name
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.file_mode)
+        except FileExistsError:  # reopened after it was closed for room
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            return Segment(fd, name, os.fstat(fd).st_size)
+        try:
+            os.fchmod(fd, self.file_mode)
+            fsync_dir(path.parent)
+        except OSError:
+            os.close(fd)
+            raise
+        return Segment(fd, name, 0)
+
+    def _path_of(self, key: tuple[UUID, str]) -> str:
+        return os.path.join(self.root, str(key[0]), key[1])
+
+    def _read_range(self, batch_id: UUID, ref: ResponseRef) -> bytes | None:
+        if not _SEGMENT_NAME.fullmatch(ref.segment) or ref.offset < 0 or ref.length < 0:
+            return None
+        for _ in range(2):
+            try:
+                return self._files.read((batch_id, ref.segment), lambda fd, _: pread_exact(fd, ref.length, ref.offset))
+            except ShortRead:
+                self._files.drop(batch_id, ref.segment)  # reopen once: a network filesystem checks the size on open
+            except OSError:
+                return None
+        return None
+
+    def _read_span(self, batch_id: UUID, whole: ResponseRef, span: list[tuple[ResponseRef, int]],
+                   found: list[bytes | memoryview | None]) -> None:
+        """Read WHOLE once and slice each ref of SPAN out of it (item by item if part of it is not readable)."""
+        data = self._read_range(batch_id, whole)
+        if data is None:
+            for ref, pos in span:
+                found[pos] = self._read_range(batch_id, ref)
+            return
+        view, start = memoryview(data), whole.offset
+        for ref, pos in span:
+            found[pos] = view[ref.offset - start:ref.offset - start + ref.length]
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+def _spans(refs: list[tuple[ResponseRef, int]]) -> Iterator[tuple[int, int, list[tuple[ResponseRef, int]]]]:
+    """REFS (sorted by offset) grouped into spans worth one read each: (start, end, refs in it)."""
+    span: list[tuple[ResponseRef, int]] = []
+    start = end = 0
+    for ref, pos in refs:
+        if span and (ref.offset - end > _SPAN_GAP or ref.offset + ref.length - start > _SPAN_MAX):
+            yield start, end, span
+            span = []
+        if not span:
+            start = end = ref.offset
+        span.append((ref, pos))
+        if ref.offset + ref.length > end:
+            end = ref.offset + ref.length
+    if span:
+        yield start, end, span
+
+
+def _request_body(fd: int, index: RequestIndex, idx: int) -> bytes:
+    if not 0 <= idx < index.count:
+        raise PayloadMissing(f"item {idx} is not in the request file ({index.count} items)")
+    return read_request_body(fd, index, idx)
+
+
+def _read_whole(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise PayloadMissing(f"{path.name}: {exc.strerror or exc}") from exc
+
+
+def _process_token() -> str:
+    """Names this process's segments: its pid and a random part (pids are reused across restarts and hosts)."""
+    return f"{os.getpid():x}-{secrets.token_hex(4)}"

@@ -20,6 +20,7 @@ class Settings:
     admin_token: str
     secret_key: str
     batch_payload_dir: str = "relay-batch-payloads"
+    batch_payload_mode: str = "0600"  # octal mode of payload files; folders get the matching search bits
     batch_item_time_limit_s: float = 300.0
     batch_max_items: int = 100_000
     batch_max_bytes: int = 256 * 1024 * 1024
@@ -70,6 +71,24 @@ class Settings:
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
+        _file_mode(self.batch_payload_mode)
+
+    @property
+    def payload_file_mode(self) -> int:
+        """RELAY_BATCH_PAYLOAD_MODE as a number."""
+        return _file_mode(self.batch_payload_mode)
+
+
+def _file_mode(text: str) -> int:
+    """An octal file mode, at most 0777, with read and write for the owner; SettingsError otherwise."""
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777 or mode & 0o600 != 0o600:
+        raise SettingsError("RELAY_BATCH_PAYLOAD_MODE must be an octal file mode with read and write for the owner,"
+                            f" like 0600 or 0640; got {text!r}")
+    return mode
 
 
 def _parse(name: str, raw: str, kind: object) -> object:

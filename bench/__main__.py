@@ -6,7 +6,7 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --quick --repeat 1    # smaller sizes
     .venv/bin/python -m bench --only drain,live     # a subset
 
-Scenarios: accept, reads, live, drain, ratelimit, slow, cancel. It uses its own database and RabbitMQ vhost
+Scenarios: accept, reads, live, drain, ratelimit, slow, cancel, files. It uses its own database and RabbitMQ vhost
 (`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy: compare ratios, not single times.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import batches, reads
+from bench import batches, reads, storage
 from bench.env import BenchEnv
 from bench.report import Results
 from bench.sizes import FULL, QUICK, Sizes
@@ -33,6 +33,7 @@ SCENARIOS: dict[str, Scenario] = {
     "ratelimit": batches.rate_limited,
     "slow": batches.slow_drain,
     "cancel": batches.cancel,
+    "files": storage.files,
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 

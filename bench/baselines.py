@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -14,29 +13,23 @@ from typing import Any
 import psycopg
 import requests
 
-BASELINE_TABLE = "bench_copy_items"
 
-
-def bare_accept(conn: psycopg.Connection[Any], body: bytes, items: list[bytes], work: Path) -> float:
-    """Seconds for json.loads of the body, writing each item's bytes to its own file (+ one sync), and COPY of
-    the same (batch_id, idx, model) rows into a table shaped like batch_items."""
+def bare_accept(body: bytes, work: Path) -> float:
+    """Seconds for the bare cost of accepting a batch: json.loads of the body, one write of the same bytes to one
+    file, and one sync of that file."""
+    path = work / f"baseline-{uuid.uuid4().hex}"
     started = time.perf_counter()
-    doc = json.loads(body)
-    models = [str(item.get("model", "")) for item in doc["requests"]]
-    staging = work / f"baseline-{uuid.uuid4().hex}"
-    staging.mkdir(parents=True)
-    for idx, data in enumerate(items):
-        fd = os.open(staging / f"{idx}.request.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, data)
+    json.loads(body)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+    finally:
         os.close(fd)
-    os.sync()
-    batch_id = uuid.uuid4()
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {BASELINE_TABLE} (LIKE batch_items INCLUDING ALL)")
-    with conn.transaction(), conn.cursor().copy(f"COPY {BASELINE_TABLE} (batch_id, idx, model) FROM STDIN") as copy:
-        copy.write("".join(f"{batch_id}\t{idx}\t{model}\n" for idx, model in enumerate(models)))
     took = time.perf_counter() - started
-    conn.execute(f"TRUNCATE {BASELINE_TABLE}")
-    shutil.rmtree(staging, ignore_errors=True)
+    path.unlink()
     return took
 
 
@@ -67,16 +60,14 @@ def direct_client(url: str, key: str, bodies: list[bytes], concurrency: int) -> 
     return len(bodies) / elapsed, cpu * 1000 / len(bodies)
 
 
-def read_results_bare(conn: psycopg.Connection[Any], batch_id: str, payload_dir: Path) -> float:
-    """Items/s of the bare work behind the results stream: one SELECT of (idx, state, error) and every response
-    file read."""
+def read_results_bare(conn: psycopg.Connection[Any], batch_id: str, folder: Path) -> float:
+    """Items/s of the bare work behind the results stream: one SELECT of every item's (idx, state, error, response
+    ref) and one read of each segment file the refs point into."""
     started = time.perf_counter()
-    rows = conn.execute("SELECT idx, state, error FROM batch_items WHERE batch_id = %s ORDER BY idx",
-                        (batch_id,)).fetchall()
-    folder = payload_dir / batch_id
-    for row in rows:
-        with open(folder / f"{row[0]}.response.json", "rb") as f:
-            f.read()
+    rows = conn.execute("SELECT idx, state, error, response_segment, response_offset, response_length"
+                        " FROM batch_items WHERE batch_id = %s ORDER BY idx", (batch_id,)).fetchall()
+    for segment in {row[3] for row in rows if row[3] is not None}:
+        (folder / segment).read_bytes()
     return len(rows) / (time.perf_counter() - started)
 
 

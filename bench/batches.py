@@ -12,14 +12,18 @@ from bench.env import KEYS, BenchEnv, batch_body
 from bench.report import Results
 from bench.sizes import Sizes
 
-ITEM_BUDGET_S = 1e-4  # the accept target: 10,000 items in 1 s, 100,000 in 10 s
+ACCEPT_TARGET_S = {10_000: 1.0, 100_000: 6.0}  # the issue's targets; other sizes: ITEM_BUDGET_S per item
+ITEM_BUDGET_S = 1e-4
+ACCEPT_OVER_BARE = 1.2  # time to 202 at most this many times the bare baseline
+ACCEPT_MEMORY = 2.5  # API peak memory growth at most this many times the body
 
 
 def accept(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
-    """POST /v1/batches: time to 202 and the API worker's peak memory growth, against the bare cost."""
+    """POST /v1/batches: time to 202 and the API worker's peak memory growth, against the bare cost of reading
+    the body (json.loads) and storing it (one file write + one sync)."""
     env.stop_workers()  # nothing drains the accepted batches
     for count in sizes.accept:
-        body, items = batch_body(count)
+        body, _ = batch_body(count)
         for _ in range(repeat):
             pids = env.api_workers()
             rss = {pid: sysstat.memory_kb(pid, "VmRSS") for pid in pids}
@@ -28,12 +32,15 @@ def accept(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
             batch_id, took = env.post_batch("fast", body)
             growth_kb = max(sysstat.memory_kb(pid, "VmHWM") - rss[pid] for pid in pids)
             env.forget_batch(batch_id)
-            bare = bare_accept(env.conn, body, items, env.work)
+            bare = bare_accept(body, env.work)
             label = f"{count:,} items"
-            results.add("accept", f"{label}: time to 202", took, "s", target=("<=", count * ITEM_BUDGET_S),
-                        baseline=bare, baseline_name="json.loads + files + COPY")
+            results.add("accept", f"{label}: time to 202", took, "s",
+                        target=("<=", ACCEPT_TARGET_S.get(count, count * ITEM_BUDGET_S)),
+                        baseline=bare, baseline_name="json.loads + one write + one sync")
+            results.add("accept", f"{label}: time to 202 ÷ bare baseline", took / bare, "x",
+                        target=("<=", ACCEPT_OVER_BARE))
             results.add("accept", f"{label}: API peak memory growth ÷ body ({len(body) / 2**20:.0f} MiB)",
-                        growth_kb * 1024 / len(body), "x", target=("<=", 3.0))
+                        growth_kb * 1024 / len(body), "x", target=("<=", ACCEPT_MEMORY))
 
 
 def drain(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:

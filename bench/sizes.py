@@ -21,12 +21,13 @@ class Sizes:
     live_requests: int = 1_000
     live_clients: int = 32
     cancel_items: int = 200  # in flight on two worker processes
+    files_items: int = 100_000  # run to the end to count the files the payload store created
 
 
 FULL = Sizes()
 QUICK = Sizes(accept=(2_000, 10_000), drain=4_000, slow_items=1_000, slow_concurrency=200, limited_items=1_500,
               rate_limit=1_000, rate_window_s=20, reads_items=10_000, read_gets=30, live_requests=300,
-              cancel_items=100)
+              cancel_items=100, files_items=10_000)
 TINY = Sizes(accept=(40,), drain=60, drain_workers=(1, 4), slow_items=20, slow_concurrency=10, slow_latency_ms=200,
              limited_items=30, rate_limit=20, rate_window_s=2, reads_items=50, read_gets=5, live_requests=20,
-             live_clients=4, cancel_items=6)
+             live_clients=4, cancel_items=6, files_items=40)

@@ -127,3 +127,11 @@ class BatchResultSchema(Schema):
 
 class BatchResultsSchema(Schema):
     results = fields.List(fields.Nested(BatchResultSchema))
+
+
+class BatchDeletedSchema(Schema):
+    """`DELETE /v1/batches/{id}`: what was deleted."""
+
+    id = fields.UUID(required=True)
+    object = fields.String(required=True, metadata={"example": "batch"})
+    deleted = fields.Boolean(required=True)

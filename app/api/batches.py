@@ -1,4 +1,4 @@
-"""Batches: submit (202), read, list, stream results, cancel. Only the submitter sees a batch (404 otherwise)."""
+"""Batches: submit (202), read, list, stream results, cancel, delete. Only the submitter sees a batch (else 404)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.batches.errors import BatchBodyTooLarge
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
+    BatchDeletedSchema,
     BatchItemsArgs,
     BatchListArgs,
     BatchListSchema,
@@ -40,7 +41,8 @@ def _runtime() -> Runtime:
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
-    """Validate every item, store each request as a file, commit the batch; 202 without waiting for the broker."""
+    """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
+    broker."""
     caller = request_caller()
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
@@ -87,6 +89,14 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None) -> R
 @blp.response(200, BatchSchema)
 def cancel(batch_id: str) -> ResponseReturnValue:
     return service.cancel_batch(_runtime(), request_caller(), batch_id)
+
+
+@blp.route("/<batch_id>", methods=["DELETE"])
+@blp.doc(summary="Delete a finished batch: its items and stored requests and responses (usage events stay)",
+         description="409 `batch_not_finished` while items are queued or running; afterwards the batch is 404.")
+@blp.response(200, BatchDeletedSchema)
+def delete(batch_id: str) -> ResponseReturnValue:
+    return service.delete_batch(_runtime(), request_caller(), batch_id)
 
 
 def _too_large(limit: int) -> BatchBodyTooLarge:

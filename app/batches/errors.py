@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.errors import BadRequest, NotFound, PayloadTooLarge
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 
 
 class BatchNotFound(NotFound):
@@ -33,3 +33,9 @@ class BatchBodyTooLarge(PayloadTooLarge):
     """More bytes than RELAY_BATCH_MAX_BYTES."""
 
     code = "payload_too_large"
+
+
+class BatchNotFinished(Conflict):
+    """The batch still has queued or running items, so it cannot be deleted yet."""
+
+    code = "batch_not_finished"

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
@@ -229,6 +229,13 @@ def _final(item: ClaimedItem, ending: _Ending, worker_id: str) -> ItemFinal:
         record.event.status, record.event.error_code = outcome.status, outcome.error_code
     return ItemFinal(item.batch_id, item.idx, outcome.state, outcome.error, outcome.error_code, record,
                      worker_id=worker_id, response=ending.response)
+
+
+def unsynced(final: ItemFinal, exc: Exception) -> ItemFinal:
+    """A completed item whose response could not be made durable: discarded, its response not kept."""
+    outcome = outcomes.store_failed(exc if isinstance(exc, RelayError) else PayloadStoreUnavailable(message=str(exc)))
+    final.record.event.status, final.record.event.error_code = outcome.status, outcome.error_code
+    return replace(final, state=outcome.state, error=outcome.error, error_code=outcome.error_code, response=None)
 
 
 def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -15,9 +15,9 @@ import psycopg
 
 from app.auth_model import ATTRIBUTION, Caller
 from app.batches import store
-from app.batches.errors import BatchBodyTooLarge, BatchNotFound
+from app.batches.errors import BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.finals import cancel_queued
-from app.batches.intake import ParsedBatch, parse_batch
+from app.batches.intake import parse_batch
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -36,48 +36,61 @@ def payload_store(runtime: Runtime) -> PayloadStore:
     with _payloads_lock:
         found = runtime.services.get("payloads")
         if found is None:
-            found = runtime.services["payloads"] = PayloadStore(runtime.settings.batch_payload_dir)
+            settings = runtime.settings
+            found = runtime.services["payloads"] = PayloadStore(settings.batch_payload_dir,
+                                                                mode=settings.payload_file_mode)
     return found  # type: ignore[no-any-return]
 
 
 def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]:
-    """Validate the whole body, write every item's request file, commit batch + items; the new batch object."""
+    """Validate a whole `POST /v1/batches` body, then store it (create_batch); the new batch object."""
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
     parsed = parse_batch(raw, max_items=settings.batch_max_items)
+    return create_batch(runtime, caller, shape=parsed.shape, metadata=parsed.metadata, bodies=parsed.item_bodies(),
+                        models=parsed.models)
+
+
+def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict[str, Any] | None,
+                 bodies: Iterable[bytes], models: Sequence[str]) -> dict[str, Any]:
+    """Store a validated batch: each item's request BODIES (its JSON bytes) and model name, in idx order.
+
+    The request file is written and synced while the items are copied into Postgres; the transaction commits
+    only after both, and a failure of either leaves nothing: no row, no visible file.
+    """
     batch_id = uuid4()
     payloads = payload_store(runtime)
+    batch = {
+        "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": len(models),
+        "owner": caller.owner, **caller.attribution(),
+    }
     try:
         with runtime.pool.connection() as conn, conn.transaction():
-            row = _store_batch(conn, caller, batch_id, parsed, payloads)
+            row = _store_batch(conn, batch, bodies, models, payloads)
             store.notify(conn, store.SUBMIT_CHANNEL, str(batch_id))
     except BaseException as exc:
         payloads.remove_batch(batch_id)
         if isinstance(exc, psycopg.OperationalError):
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
-    return batch_view(row, {"queued": parsed.count}, items=[], next_after=-1)
+    return batch_view(row, {"queued": len(models)}, items=[], next_after=-1)
 
 
-def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, parsed: ParsedBatch,
-                 payloads: PayloadStore) -> dict[str, Any]:
-    """Insert the batch and COPY its items on a helper thread while this one writes the request files; the
-    caller commits only after both are done (the files durable first)."""
-    batch = {
-        "id": batch_id, "shape": parsed.shape, "metadata": _jsonb(parsed.metadata), "total": parsed.count,
-        "owner": caller.owner, **caller.attribution(),
-    }
+def _store_batch(conn: psycopg.Connection[Any], batch: dict[str, Any], bodies: Iterable[bytes],
+                 models: Sequence[str], payloads: PayloadStore) -> dict[str, Any]:
+    """Insert the batch and COPY its items on a helper thread while this one writes the request file; the
+    caller commits only after both are done (the file durable first)."""
 
     def insert() -> dict[str, Any]:
         row = store.insert_batch(conn, batch)
-        store.copy_items(conn, batch_id, parsed.models)
+        store.copy_items(conn, batch["id"], models)
         return row
 
     with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:
         inserted = pool.submit(insert)
         try:
-            payloads.write_requests(batch_id, parsed.item_bodies())
+            payloads.write_requests(batch["id"], bodies)
         finally:
             row = inserted.result()  # the connection is ours again before the transaction ends
     return row
@@ -137,6 +150,23 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
     return batch_view(fresh, counts, items=[], next_after=-1)
 
 
+def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
+    """Delete a finished (or cancelled and settled) batch: its rows and payload files go, its usage events stay.
+
+    409 batch_not_finished while an item is queued or running. Afterwards the batch answers 404 like any unknown id.
+    """
+    with runtime.pool.connection() as conn, conn.transaction():
+        row = _owned(conn, caller, batch_id)
+        if not store.delete_finished_batch(conn, row["id"]):
+            counts = store.item_counts(conn, row["id"], row["total"])
+            waiting = {"queued": counts.get("queued", 0), "running": counts.get("running", 0)}
+            raise BatchNotFinished(message=f"the batch still has {waiting['queued']} queued and {waiting['running']}"
+                                           " running items: cancel it or wait until it finishes, then delete it",
+                                   details=waiting)
+    payload_store(runtime).remove_batch(row["id"])  # after the commit: a crash here leaves a stray folder for purge
+    return {"id": row["id"], "object": "batch", "deleted": True}
+
+
 def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:
     """Check access now (404 before streaming starts), then stream the results in idx order. A caller of None is
     the operator (admin routes only)."""
@@ -146,7 +176,7 @@ def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, json
 
 
 def _stream_results(runtime: Runtime, batch_id: UUID, *, jsonl: bool) -> Iterator[bytes]:
-    """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their response file raw."""
+    """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their stored response raw."""
     payloads = payload_store(runtime)
     sep = b"\n" if jsonl else b","
     yield b"" if jsonl else b'{"results":['
@@ -156,24 +186,31 @@ def _stream_results(runtime: Runtime, batch_id: UUID, *, jsonl: bool) -> Iterato
             rows = store.result_rows(conn, batch_id, after=after, limit=RESULTS_CHUNK)
         if not rows:
             break
-        entries = [_result_entry(payloads, batch_id, idx, state, error) for idx, state, error in rows]
-        chunk = sep.join(entries)
+        chunk = sep.join(_result_entries(payloads, batch_id, rows))
         yield chunk + b"\n" if jsonl else (chunk if first else b"," + chunk)
         first, after = False, rows[-1][0]
     if not jsonl:
         yield b"]}"
 
 
-def _result_entry(payloads: PayloadStore, batch_id: UUID, idx: int, state: str, error: str | None) -> bytes:
-    parts = [b'{"idx":%d,"state":"%s"' % (idx, state.encode())]
-    if state == "completed":
-        body = payloads.read_response(batch_id, idx)
+_STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
+
+
+def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> list[bytes]:
+    """One JSON object per row: idx, state, the response of a completed item if visible here, the error."""
+    completed = [(idx, ref) for idx, state, _error, ref in rows if state == "completed"]
+    responses = iter(payloads.read_responses(batch_id, completed))
+    entries = []
+    for idx, state, error, _ref in rows:
+        parts: list[bytes | memoryview] = [b'{"idx":%d,' % idx, _STATE_PREFIX[state]]
+        body = next(responses) if state == "completed" else None
         if body:
-            parts.append(b',"response":' + body.strip())
-    if error is not None:
-        parts.append(b',"error":' + json.dumps(error).encode())
-    parts.append(b"}")
-    return b"".join(parts)
+            parts += (b',"response":', body)
+        if error is not None:
+            parts += (b',"error":', json.dumps(error).encode())
+        parts.append(b"}")
+        entries.append(b"".join(parts))
+    return entries
 
 
 def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[str, Any]],

@@ -18,8 +18,11 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.payloads import ResponseRef
+
 Row = dict[str, Any]
 Conn = Connection[Any]
+ResultRow = tuple[int, str, str | None, ResponseRef | None]  # idx, state, error, where its response is
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
@@ -94,12 +97,13 @@ def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None
     return conn.execute(sql, params).fetchall()
 
 
-def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[tuple[int, str, str | None]]:
-    """(idx, state, error) of the next LIMIT items after AFTER, in idx order."""
+def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[ResultRow]:
+    """(idx, state, error, response ref) of the next LIMIT items after AFTER, in idx order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, state, error FROM batch_items WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s",
-                (batch_id, after, limit))
-    return cur.fetchall()  # type: ignore[no-any-return]
+    cur.execute("SELECT idx, state, error, response_segment, response_offset, response_length FROM batch_items"
+                " WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
+    return [(idx, state, error, ResponseRef(segment, offset, length) if segment is not None else None)
+            for idx, state, error, segment, offset, length in cur.fetchall()]
 
 
 def item_counts(conn: Conn, batch_id: UUID, total: int) -> dict[str, int]:
@@ -226,3 +230,34 @@ def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
         " (SELECT count(*) FROM batches b JOIN batch_items i ON i.batch_id = b.id WHERE b.finished_at IS NULL"
         " AND i.state = 'running' AND i.worker_id = w.id) AS running"
         " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()
+
+# Retention: a batch goes with its items (ON DELETE CASCADE); its usage events stay (they do not reference it).
+_NOTHING_RUNS = ("NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id"
+                 " AND i.state IN ('queued', 'running'))")
+
+
+def delete_finished_batch(conn: Conn, batch_id: UUID) -> bool:
+    """Delete the batch and its items unless an item is still queued or running; whether it was deleted."""
+    cur = conn.execute(f"DELETE FROM batches b WHERE id = %s AND {_NOTHING_RUNS}", (batch_id,))
+    return cur.rowcount == 1
+
+
+def delete_batches_finished_before(conn: Conn, before: datetime, *, limit: int) -> list[Row]:
+    """Delete up to LIMIT batches finished before BEFORE (oldest first) with their items; (id, total) of each."""
+    return conn.execute(
+        f"DELETE FROM batches b WHERE id IN (SELECT id FROM batches WHERE finished_at < %s ORDER BY finished_at"
+        f" LIMIT %s FOR UPDATE SKIP LOCKED) AND {_NOTHING_RUNS} RETURNING id, total", (before, limit)).fetchall()
+
+
+def count_batches_finished_before(conn: Conn, before: datetime) -> Row:
+    """How many batches (and items) finished before BEFORE."""
+    row = conn.execute("SELECT count(*) AS batches, coalesce(sum(total), 0) AS items FROM batches"
+                       " WHERE finished_at < %s", (before,)).fetchone()
+    assert row is not None
+    return row  # type: ignore[no-any-return]
+
+
+def existing_batches(conn: Conn, batch_ids: Sequence[UUID]) -> set[UUID]:
+    """Those of BATCH_IDS that have a batch row."""
+    rows = conn.execute("SELECT id FROM batches WHERE id = ANY(%s)", (list(batch_ids),)).fetchall()
+    return {r["id"] for r in rows}

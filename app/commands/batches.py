@@ -1,4 +1,5 @@
-"""`relay batches submit|status|results|cancel|list`: a client of a Relay API's /v1/batches over HTTP."""
+"""`relay batches submit|status|results|cancel|delete|list`: a client of a Relay API's /v1/batches over HTTP; and
+`relay batches purge` for operators, straight on the database and the payload directory."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import requests
 
+from app.batches.retention import purge_batches
+from app.catalog.durations import DurationError, parse_duration
+from app.commands.catalog import cli_runtime
 from app.errors import RelayError
 
 _SHAPES = ("openai", "anthropic", "openai_responses")
@@ -45,9 +50,18 @@ def register(sub: Any) -> None:
     p = _with_client(cmds.add_parser("cancel", help="cancel a batch"))
     p.add_argument("id")
     p.set_defaults(func=cmd_cancel)
+    p = _with_client(cmds.add_parser("delete", help="delete a finished batch with its stored requests and responses"))
+    p.add_argument("id")
+    p.set_defaults(func=cmd_delete)
     p = _with_client(cmds.add_parser("list", help="list your batches, newest first"))
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=cmd_list)
+    p = cmds.add_parser("purge", help="(operators, on the database) delete every batch finished before a date,"
+                                      " with its payload files; usage events stay")
+    p.add_argument("--finished-before", required=True, type=_cutoff, metavar="DATE",
+                   help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 30d")
+    p.add_argument("--dry-run", action="store_true", help="count what would be purged; delete nothing")
+    p.set_defaults(func=cmd_purge)
 
 
 def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -97,6 +111,39 @@ def write_stream(response: requests.Response, output: Path | None) -> None:
 def cmd_cancel(args: argparse.Namespace) -> int:
     _print_json(_call(args, "POST", f"/v1/batches/{args.id}/cancel"))
     return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    _print_json(_call(args, "DELETE", f"/v1/batches/{args.id}"))
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with cli_runtime() as runtime:
+        report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run)
+    verb = "would purge" if args.dry_run else "purged"
+    print(f"{verb} {report.batches} batches ({report.items} items) finished before"
+          f" {args.finished_before.isoformat()}; {'would remove' if args.dry_run else 'removed'}"
+          f" {report.stray_folders} stray payload folders")
+    if report.left_behind:
+        print(f"relay: {report.left_behind} payload folders could not be removed; the next purge tries again",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cutoff(text: str) -> datetime:
+    """`2026-01-31`, `2026-01-31T12:00:00+02:00` (no zone: UTC), or an age such as `30d` (that long ago)."""
+    try:
+        return datetime.now(UTC) - timedelta(seconds=parse_duration(text))
+    except DurationError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date, a time or an age: {text!r} (e.g. 2026-01-31 or 30d)") \
+            from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -149,8 +149,10 @@ class GroupWriter:
     """A daemon thread committing what threads submit in groups: one transaction for everything pending."""
 
     def __init__(self, pool: ConnectionPool, *, counter: str = "", before_commit: Callable[[], None] | None = None,
-                 max_group: int = 500, name: str = "relay-usage-writer") -> None:
+                 unsynced: Callable[[ItemFinal, Exception], ItemFinal] | None = None, max_group: int = 500,
+                 name: str = "relay-usage-writer") -> None:
         self.pool = pool
+        self._unsynced = unsynced  # what a final with a response becomes when before_commit failed
         self.counter = counter  # the batch_progress row this process counts in (no lock contention between them)
         self._before_commit = before_commit
         self._max_group = max_group
@@ -220,8 +222,7 @@ class GroupWriter:
     def _commit_part(self, finals: list[tuple[ItemFinal, Future[bool]]], records: list[UsageRecord]) -> None:
         for delay in (*RETRY_S, None):
             try:
-                if self._before_commit is not None and finals:
-                    self._before_commit()
+                finals = self._synced(finals)
                 with self.pool.connection() as conn, conn.transaction():
                     done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter)
                 for final, future in finals:
@@ -246,3 +247,18 @@ class GroupWriter:
             future.set_exception(RuntimeError("the item's final state could not be committed"))
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))
+
+    def _synced(self, finals: list[tuple[ItemFinal, Future[bool]]]) -> list[tuple[ItemFinal, Future[bool]]]:
+        """Run before_commit (the payload store's sync); if it fails, the finals whose response it should have made
+        durable are committed as `unsynced` says (never with a place whose bytes may be lost)."""
+        if self._before_commit is None or not finals:
+            return finals
+        try:
+            self._before_commit()
+        except Exception as exc:
+            if self._unsynced is None:
+                raise
+            log.warning("usage writer: %s; the responses of %d item(s) are not kept", exc, len(finals))
+            return [(self._unsynced(f, exc) if f.response else f, future) for f, future in finals]
+        return finals
+

@@ -33,3 +33,14 @@ def test_a_non_numeric_limit_is_rejected_with_its_name() -> None:
 def test_a_wrong_database_scheme_is_rejected() -> None:
     with pytest.raises(SettingsError, match="RELAY_DATABASE_URL"):
         Settings.from_env({**BASE, "RELAY_DATABASE_URL": "mysql://x"})
+
+
+def test_payload_files_are_private_by_default_and_the_mode_is_configurable() -> None:
+    assert Settings.from_env(BASE).payload_file_mode == 0o600
+    assert Settings.from_env({**BASE, "RELAY_BATCH_PAYLOAD_MODE": "0640"}).payload_file_mode == 0o640
+
+
+@pytest.mark.parametrize("mode", ["rw-------", "0999", "0400", "01600", "-600"])
+def test_a_payload_mode_that_is_not_an_owner_writable_octal_mode_is_rejected(mode: str) -> None:
+    with pytest.raises(SettingsError, match="RELAY_BATCH_PAYLOAD_MODE"):
+        Settings.from_env({**BASE, "RELAY_BATCH_PAYLOAD_MODE": mode})

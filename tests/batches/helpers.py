@@ -121,3 +121,15 @@ def usage_events(runtime: Runtime, batch_id: str) -> list[dict[str, Any]]:
         rows = conn.execute("SELECT * FROM usage_events WHERE batch_id = %s ORDER BY batch_idx",
                             (batch_id,)).fetchall()
     return [dict(r) for r in rows]  # type: ignore[call-overload]
+
+
+def run_in_process(runtime: Runtime, batch_id: str, count: int, payloads: Any = None) -> list[str]:
+    """Run items 0..COUNT-1 here, as a worker process would (responses go to this process's segment); the state
+    each ended in."""
+    from uuid import UUID, uuid4
+
+    from app.batches.runner import WorkerContext, run_item
+    from app.batches.service import payload_store
+
+    ctx = WorkerContext(runtime=runtime, worker_id=f"in-process-{uuid4()}", payloads=payloads or payload_store(runtime))
+    return [run_item(ctx, UUID(batch_id), idx) for idx in range(count)]

@@ -30,7 +30,7 @@ def relay(relay_api, key: str, *args: str, stdin: bytes | None = None) -> subpro
                           cwd=ROOT, input=stdin, capture_output=True, timeout=120, check=False)
 
 
-def test_submit_waits_with_a_progress_bar_then_status_results_and_list(relay_api, workers, key,
+def test_submit_waits_with_a_progress_bar_then_status_results_list_and_delete(relay_api, workers, key,
                                                                        tmp_path: Path) -> None:
     jsonl = tmp_path / "requests.jsonl"
     jsonl.write_text("\n".join(json.dumps(CHAT) for _ in range(5)) + "\n\n")
@@ -46,6 +46,10 @@ def test_submit_waits_with_a_progress_bar_then_status_results_and_list(relay_api
     assert all("response" in json.loads(line) for line in lines)
     listed = json.loads(relay(relay_api, key, "list").stdout)
     assert batch_id in [b["id"] for b in listed["data"]]
+    deleted = relay(relay_api, key, "delete", batch_id)
+    assert deleted.returncode == 0 and json.loads(deleted.stdout)["deleted"] is True
+    gone = relay(relay_api, key, "status", batch_id)
+    assert gone.returncode == 1 and b"batch_not_found" in gone.stderr
 
 
 def test_cancel_and_errors_are_reported(relay_api, workers, make_key, upstream, tmp_path: Path) -> None:

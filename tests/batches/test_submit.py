@@ -30,7 +30,7 @@ def _errors(res: Any) -> list[dict[str, Any]]:
     return res.json["error"]["details"]  # type: ignore[no-any-return]
 
 
-def test_submit_answers_202_with_the_batch_and_writes_each_request_file(client, key, runtime) -> None:
+def test_submit_answers_202_with_the_batch_and_stores_its_requests_in_one_file(client, key, runtime) -> None:
     items = [CHAT, {**CHAT, "messages": [{"role": "user", "content": "é ünïcode"}]}]
     res = submit(client, key, items, metadata={"job": "nightly"})
     assert res.status_code == 202, res.get_data(as_text=True)
@@ -43,10 +43,11 @@ def test_submit_answers_202_with_the_batch_and_writes_each_request_file(client, 
     store = payload_store(runtime)
     for idx, item in enumerate(items):
         assert json.loads(store.read_request(batch["id"], idx)) == item
+    assert [p.name for p in store.batch_dir(batch["id"]).iterdir()] == ["requests.bin"]
     assert not any(Path(store.root, ".staging").iterdir())
 
 
-def test_request_files_are_the_original_bytes(client, key, runtime) -> None:
+def test_stored_requests_are_the_original_bytes(client, key, runtime) -> None:
     item = b'{"model":"gpt-4o-mini",  "messages":[{"role":"user","content":"\\u00e9"}]}'
     raw = b'{"shape": "openai", "requests": [ ' + item + b" ]}"
     res = client.post("/v1/batches", data=raw, content_type="application/json",

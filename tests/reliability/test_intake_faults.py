@@ -61,12 +61,14 @@ def test_an_api_killed_while_writing_a_batch_stores_nothing_of_it(shared: Stack)
     api = stack.start_api()
     staging = Path(stack.settings.batch_payload_dir) / ".staging"
     before = set(os.listdir(staging)) if staging.exists() else set()
-    body = json.dumps({"shape": "openai", "requests": item_requests("cut", 30_000)}).encode()
+    padded = [{**item, "messages": [{"role": "user", "content": f"cut-item-{idx} " + "x" * 1000}]}
+              for idx, item in enumerate(item_requests("cut", 30_000))]  # ~30 MiB: writing it takes a while
+    body = json.dumps({"shape": "openai", "requests": padded}).encode()
     answers: list[Any] = []
     sender = threading.Thread(target=lambda: answers.append(_try_submit(api.url, record["key"], body)))
     sender.start()
     deadline = time.monotonic() + 60
-    while not (staging.exists() and set(os.listdir(staging)) - before):  # the request files are being written
+    while not (staging.exists() and set(os.listdir(staging)) - before):  # the request file is being written
         assert time.monotonic() < deadline and sender.is_alive(), f"the submit ended first: {answers}"
         time.sleep(0.002)
     api.stop(signal.SIGKILL)
@@ -110,18 +112,18 @@ def test_a_full_payload_filesystem_answers_507_and_stores_nothing(shared: Stack,
     stack = shared
     record = stack.new_key_record("disk")
     api = stack.start_api(batch_payload_dir=tiny_filesystem)
+    too_big = item_requests("disk", 2 * ITEMS)  # ~100 bytes each: the request file outgrows the 64 KiB
 
-    res = _submit(api.url, record["key"], {"shape": "openai", "requests": item_requests("disk", ITEMS)})
+    res = _submit(api.url, record["key"], {"shape": "openai", "requests": too_big})
 
     assert res.status_code == 507, res.text
     error = res.json()["error"]
     assert error["code"] == "payload_store_unavailable" and "No space left on device" in error["message"]
     assert _batches_of(stack, record["id"]) == []
-    assert _visible(tiny_filesystem) == []
-    assert list(tiny_filesystem.rglob("*.json")) == []  # the half-written batch was removed, staging included
+    assert [p for p in tiny_filesystem.rglob("*") if p.is_file()] == []  # the half-written file went, staging too
     small = _submit(api.url, record["key"], {"shape": "openai", "requests": item_requests("disk-small", 3)})
     assert small.status_code == 202, small.text  # its space came back
-    assert len(_visible(tiny_filesystem)) == 3
+    assert _visible(tiny_filesystem) == [f"{small.json()['id']}/requests.bin"]
 
 
 def test_a_payload_directory_that_cannot_exist_answers_507_and_stores_nothing(shared: Stack, tmp_path: Path) -> None:

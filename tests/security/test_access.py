@@ -90,7 +90,8 @@ def test_only_the_submitting_key_value_or_user_reads_or_cancels_a_batch(world: W
 @pytest.mark.parametrize(("who", "code"), REFUSED, ids=[w for w, _ in REFUSED])
 def test_rotated_out_revoked_and_admin_credentials_are_401_on_every_batch_route(world: World, who: str,
                                                                                code: str) -> None:
-    for method, route in [*BATCH_ROUTES, ("GET", "/v1/batches"), ("POST", "/v1/batches")]:
+    routes = [*BATCH_ROUTES, ("DELETE", "/v1/batches/{id}"), ("GET", "/v1/batches"), ("POST", "/v1/batches")]
+    for method, route in routes:
         for batch_id in world.batches.values():
             res = world.call(who, method, route.format(id=batch_id), json={"shape": "openai", "requests": [{}]})
             assert res.status_code == 401 and res.json["error"]["code"] == code, (method, route, res.json)

@@ -19,7 +19,8 @@ from tests.reliability.stack import Stack
 
 pytestmark = pytest.mark.integration
 
-ROUTES = [("GET", "/v1/batches/{id}"), ("GET", "/v1/batches/{id}/results"), ("POST", "/v1/batches/{id}/cancel")]
+ROUTES = [("GET", "/v1/batches/{id}"), ("GET", "/v1/batches/{id}/results"), ("POST", "/v1/batches/{id}/cancel"),
+          ("DELETE", "/v1/batches/{id}")]
 VARYING_HEADERS = {"x-request-id", "date"}
 
 

@@ -1,0 +1,324 @@
+"""The payload store's files: the request file format, the response segment writer, and a cache of open read
+descriptors. `app/payloads.py` puts them together; nothing here knows about batches or Postgres.
+
+A request file is every item's body back to back, then a fixed-width index of n + 1 little-endian uint64 offsets
+(item i is bytes offsets[i]:offsets[i+1]), then a 16-byte trailer: uint64 n and the magic `RLYREQ01`. The trailer
+is written last, so a file cut short is recognised as incomplete instead of being misread.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import threading
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+MAGIC = b"RLYREQ01"
+_TRAILER = struct.Struct("<Q8s")
+_SPAN = struct.Struct("<QQ")
+_GATHER = 512  # request bodies per gathered write (below every system's IOV_MAX)
+SYNC_FAILURE_HOLD_S = 60.0  # how long a failed segment sync keeps failing every sync() of the process
+
+
+class IncompleteFile(OSError):
+    """A request file without its trailer (cut short, or not a request file at all)."""
+
+
+def write_request_file(fd: int, bodies: Iterable[bytes]) -> int:
+    """Write BODIES, their index and the trailer to FD; the number of items. Bodies go out in gathered writes
+    straight from their buffers (no copy of the batch in memory)."""
+    offsets = array("Q", [0])
+    chunk: list[bytes] = []
+    end = 0
+    for body in bodies:
+        chunk.append(body)
+        end += len(body)
+        offsets.append(end)
+        if len(chunk) == _GATHER:
+            writev_all(fd, chunk)
+            chunk.clear()
+    writev_all(fd, chunk)
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    write_all(fd, offsets.tobytes())
+    write_all(fd, _TRAILER.pack(len(offsets) - 1, MAGIC))
+    return len(offsets) - 1
+
+
+@dataclass(frozen=True)
+class RequestIndex:
+    """Where an open request file keeps its index."""
+
+    count: int
+    index_at: int
+
+
+def read_request_index(fd: int) -> RequestIndex:
+    """Check the trailer of an open request file; IncompleteFile when it is not a whole request file."""
+    size = os.fstat(fd).st_size
+    if size < _TRAILER.size:
+        raise IncompleteFile("the request file is incomplete")
+    count, magic = _TRAILER.unpack(pread_exact(fd, _TRAILER.size, size - _TRAILER.size))
+    index_at = size - _TRAILER.size - 8 * (count + 1)
+    if magic != MAGIC or index_at < 0:
+        raise IncompleteFile("the request file is incomplete")
+    return RequestIndex(count, index_at)
+
+
+def read_request_body(fd: int, index: RequestIndex, idx: int) -> bytes:
+    start, end = _SPAN.unpack(pread_exact(fd, _SPAN.size, index.index_at + 8 * idx))
+    return pread_exact(fd, end - start, start)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def writev_all(fd: int, buffers: list[bytes]) -> None:
+    """Write BUFFERS in order with as few system calls as the kernel allows."""
+    written = os.writev(fd, buffers) if buffers else 0
+    if written == sum(len(b) for b in buffers):
+        return
+    for body in buffers:  # a short write (rare on regular files): finish byte by byte from where it stopped
+        if written >= len(body):
+            written -= len(body)
+            continue
+        write_all(fd, memoryview(body)[written:])
+        written = 0
+
+
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def pread_exact(fd: int, size: int, offset: int) -> bytes:
+    """SIZE bytes at OFFSET; ShortRead when the file ends first."""
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise ShortRead(f"expected {size} bytes at offset {offset}, the file has {len(data)}")
+    return data
+
+
+class ShortRead(OSError):
+    """The file is shorter than a recorded byte range (not written there, or not yet visible to this client)."""
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory PATH (a create or rename in it) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    """One process's response file for one batch: threads reserve byte ranges under a lock and write them in
+    parallel; sync() makes every append completed before it durable, one fdatasync shared by concurrent callers."""
+
+    def __init__(self, fd: int, name: str, end: int) -> None:
+        self.fd, self.name, self.end = fd, name, end
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self.writing = 0
+        self.appended = 0  # appends whose bytes are written (to the page cache at least)
+        self.synced = 0  # appends known to be durable
+        self.failed_at: float | None = None  # monotonic time of a failed fdatasync: the bytes' fate is unknown
+
+    def reserve(self, length: int) -> int:
+        """The offset of the next LENGTH bytes; the segment counts as being written until write() returns."""
+        with self._lock:
+            offset, self.end = self.end, self.end + length
+            self.writing += 1
+        return offset
+
+    def write(self, body: bytes, offset: int) -> None:
+        """Write BODY at its reserved OFFSET. Not durable until sync()."""
+        written = False
+        try:
+            pwrite_all(self.fd, body, offset)
+            written = True
+        finally:
+            with self._lock:
+                self.writing -= 1
+                if written:
+                    self.appended += 1
+
+    @property
+    def clean(self) -> bool:
+        return self.writing == 0 and self.synced == self.appended and self.failed_at is None
+
+    def sync(self) -> None:
+        with self._sync_lock:
+            if self.failed_at is not None:
+                raise OSError(f"an earlier sync of {self.name} failed")
+            target = self.appended  # appends completed before this fdatasync starts
+            if self.synced >= target:
+                return
+            try:
+                os.fdatasync(self.fd)
+            except OSError:
+                self.failed_at = time.monotonic()
+                raise
+            self.synced = target
+
+
+class Segments:
+    """This process's open segments by batch, least recently used closed first once clean. A segment whose sync
+    failed is replaced for new appends and kept for SYNC_FAILURE_HOLD_S: appends made to it before the failure
+    may still be waiting for a sync(), which must fail rather than let their refs be committed."""
+
+    def __init__(self, capacity: int, opener: Callable[[Any, int], Segment]) -> None:
+        self._lock = threading.Lock()
+        self._open: OrderedDict[Any, Segment] = OrderedDict()
+        self._failed: list[Segment] = []
+        self._generation = 0
+        self._capacity, self._opener = capacity, opener
+
+    def append(self, key: Any, body: bytes) -> tuple[str, int]:
+        """Append BODY to KEY's segment; (segment name, offset). The range is reserved under the lock, so the
+        segment cannot be closed for room before the bytes are written."""
+        with self._lock:
+            segment = self._get(key)
+            offset = segment.reserve(len(body))
+        segment.write(body, offset)
+        return segment.name, offset
+
+    def _get(self, key: Any) -> Segment:
+        segment = self._open.get(key)
+        if segment is not None and segment.failed_at is None:
+            self._open.move_to_end(key)
+            return segment
+        if segment is not None:
+            self._failed.append(self._open.pop(key))
+            self._generation += 1
+        segment = self._open[key] = self._opener(key, self._generation)
+        self._evict(keep=key)
+        return segment
+
+    def unsynced(self) -> list[Segment]:
+        """Segments holding appends not yet known durable (failed ones during their hold, then forgotten)."""
+        with self._lock:
+            now = time.monotonic()
+            expired = [s for s in self._failed if now - (s.failed_at or now) >= SYNC_FAILURE_HOLD_S]
+            for segment in expired:
+                self._failed.remove(segment)
+                _close_quietly(segment.fd)
+            return [s for s in (*self._failed, *self._open.values()) if not s.clean]
+
+    def forget(self, key: Any) -> None:
+        """Close KEY's segment (its batch is being removed)."""
+        with self._lock:
+            segment = self._open.pop(key, None)
+        if segment is not None:
+            _close_quietly(segment.fd)
+
+    def close(self) -> None:
+        with self._lock:
+            segments = [*self._failed, *self._open.values()]
+            self._open.clear()
+            self._failed.clear()
+        for segment in segments:
+            _close_quietly(segment.fd)
+
+    def _evict(self, keep: Any) -> None:
+        """Close the least recently used clean segments beyond capacity (never KEEP's, just opened)."""
+        extra = len(self._open) - self._capacity
+        for key in [k for k, s in self._open.items() if s.clean and k != keep][:max(0, extra)]:
+            _close_quietly(self._open.pop(key).fd)
+
+
+class _Handle:
+    def __init__(self, fd: int, info: Any) -> None:
+        self.fd, self.info = fd, info
+        self.users = 0
+        self.retired = False
+
+
+FileKey = tuple[Any, str]  # (batch id, file name)
+T = TypeVar("T")
+
+
+def _nothing(fd: int) -> None:
+    return None
+
+
+class OpenFiles:
+    """Read-only descriptors by (batch id, file name), kept open for the next read; the least recently used are
+    closed beyond CAPACITY, each only once no thread is reading through it (its number could be reused)."""
+
+    def __init__(self, capacity: int, path_of: Callable[[FileKey], str]) -> None:
+        self._lock = threading.Lock()
+        self._open: OrderedDict[FileKey, _Handle] = OrderedDict()
+        self._capacity, self._path_of = capacity, path_of
+
+    def read(self, key: FileKey, reader: Callable[[int, Any], T], describe: Callable[[int], Any] = _nothing) -> T:
+        """READER(fd, DESCRIBE(fd)) on KEY's file, opened on first use; OSError when it cannot be opened."""
+        handle = self._acquire(key, describe)
+        try:
+            return reader(handle.fd, handle.info)
+        finally:
+            with self._lock:
+                handle.users -= 1
+                close = handle.retired and handle.users == 0
+            if close:
+                _close_quietly(handle.fd)
+
+    def drop(self, batch_id: Any, name: str | None = None) -> None:
+        """Close the descriptors of a batch's files (or of one of them), once their readers are done."""
+        with self._lock:
+            for key in [k for k in self._open if k[0] == batch_id and name in (None, k[1])]:
+                self._retire(self._open.pop(key))
+
+    def close(self) -> None:
+        with self._lock:
+            while self._open:
+                self._retire(self._open.popitem()[1])
+
+    def _acquire(self, key: FileKey, describe: Callable[[int], Any]) -> _Handle:
+        with self._lock:
+            handle = self._open.get(key)
+            if handle is not None:
+                self._open.move_to_end(key)
+                handle.users += 1
+                return handle
+        fd = os.open(self._path_of(key), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fresh = _Handle(fd, describe(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            handle = self._open.setdefault(key, fresh)
+            handle.users += 1
+            while len(self._open) > self._capacity:
+                self._retire(self._open.popitem(last=False)[1])
+        if handle is not fresh:
+            os.close(fd)
+        return handle
+
+    def _retire(self, handle: _Handle) -> None:
+        """Called under the lock."""
+        handle.retired = True
+        if handle.users == 0:
+            _close_quietly(handle.fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
