@@ -15,12 +15,10 @@ from dramatiq.middleware import Middleware
 from app.batches import outbox
 from app.batches.dispatch import Dispatcher
 from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
-from app.batches.runner import WorkerContext, unsynced
-from app.batches.service import payload_store
+from app.batches.runner import WorkerContext
 from app.observability.metrics import start_worker_metrics_server
 from app.runtime import Runtime
 from app.settings import Settings
-from app.usage.writer import GroupWriter
 
 log = logging.getLogger("relay.actors.boot")
 _state: dict[str, Any] = {}  # this process's WorkerContext and threads, set when the worker boots
@@ -39,9 +37,7 @@ def build_context(settings: Settings, threads: int) -> WorkerContext:
     # instead of opening hundreds of Postgres connections.
     runtime = Runtime.build(settings, pool_max=min(threads, settings.db_pool_max) + 6)
     worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    payloads = payload_store(runtime)
-    writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced)
-    return WorkerContext(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
+    return WorkerContext.create(runtime, worker_id, threads=threads)
 
 
 class BatchWorkerBoot(Middleware):

@@ -57,6 +57,16 @@ class WorkerContext:
     item_seconds: float = 0.0  # moving average of an item's wall time here (the dispatcher sizes messages by it)
     finished: list[Any] = field(default_factory=list)  # callbacks run as items become final (the dispatcher)
 
+    @classmethod
+    def create(cls, runtime: Runtime, worker_id: str, *, payloads: PayloadStore | None = None,
+               threads: int = 8) -> WorkerContext:
+        """A context with its group writer (syncing PAYLOADS, by default the runtime's store, before each commit)."""
+        from app.batches.service import payload_store
+
+        payloads = payloads or payload_store(runtime)
+        writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced)
+        return cls(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
+
     def on_finalized(self) -> None:
         for callback in self.finished:
             callback()
@@ -96,12 +106,16 @@ def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[i
 def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
     """Run item IDX of BATCH_ID once and wait for its final state to commit; the state (or why nothing ran)."""
     state, future = _run_one(ctx, batch_id, idx)
-    if future is not None:
-        _wait([future])
-    return state
+    if future is None:
+        return state
+    try:
+        return future.result(FINAL_WAIT_S) or "duplicate"
+    except Exception as exc:  # left running: the reaper settles it once its time limit is long past
+        log.error("a batch item's final state was not committed: %s", exc)
+        return "unknown"
 
 
-def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[bool] | None]:
+def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[str | None] | None]:
     """Run item IDX of BATCH_ID once; its final state and the future of its commit (None when nothing ran here).
 
     The item is registered before the claim, so a cancel committed right after the claim finds it here.
@@ -130,14 +144,6 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[
     future = ctx.writer.finalize(_final(item, ending, ctx.worker_id))
     ctx.on_finalized()
     return ending.outcome.state, future
-
-
-def _wait(futures: list[Future[bool]]) -> None:
-    for future in futures:
-        try:
-            future.result(FINAL_WAIT_S)
-        except Exception as exc:  # left running: the reaper settles it once its time limit is long past
-            log.error("a batch item's final state was not committed: %s", exc)
 
 
 def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool]:

@@ -141,7 +141,7 @@ def _side_writes(conn: psycopg.Connection[Any], statements: Sequence[Statement])
 
 @dataclass
 class _Pending:
-    finals: list[tuple[ItemFinal, Future[bool]]] = field(default_factory=list)
+    finals: list[tuple[ItemFinal, Future[str | None]]] = field(default_factory=list)
     records: list[UsageRecord] = field(default_factory=list)
 
 
@@ -163,9 +163,10 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def finalize(self, final: ItemFinal) -> Future[bool]:
-        """Queue an item's final state; the future says (once committed) whether the item moved."""
-        future: Future[bool] = Future()
+    def finalize(self, final: ItemFinal) -> Future[str | None]:
+        """Queue an item's final state; once committed, the future gives the state it moved to (None if it had
+        moved on: another path finalized it first)."""
+        future: Future[str | None] = Future()
         with self._cond:
             self._pending.finals.append((final, future))
             self._cond.notify()
@@ -219,14 +220,14 @@ class GroupWriter:
             part_r, records = records[: self._max_group - len(part_f)], records[self._max_group - len(part_f):]
             self._commit_part(part_f, part_r)
 
-    def _commit_part(self, finals: list[tuple[ItemFinal, Future[bool]]], records: list[UsageRecord]) -> None:
+    def _commit_part(self, finals: list[tuple[ItemFinal, Future[str | None]]], records: list[UsageRecord]) -> None:
         for delay in (*RETRY_S, None):
             try:
                 finals = self._synced(finals)
                 with self.pool.connection() as conn, conn.transaction():
                     done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter)
                 for final, future in finals:
-                    future.set_result(final.key in done)
+                    future.set_result(final.state if final.key in done else None)
                 return
             except psycopg.OperationalError as exc:
                 if delay is None:
@@ -248,7 +249,7 @@ class GroupWriter:
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))
 
-    def _synced(self, finals: list[tuple[ItemFinal, Future[bool]]]) -> list[tuple[ItemFinal, Future[bool]]]:
+    def _synced(self, finals: list[tuple[ItemFinal, Future[str | None]]]) -> list[tuple[ItemFinal, Future[str | None]]]:
         """Run before_commit (the payload store's sync); if it fails, the finals whose response it should have made
         durable are committed as `unsynced` says (never with a place whose bytes may be lost)."""
         if self._before_commit is None or not finals:

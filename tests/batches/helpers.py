@@ -129,7 +129,9 @@ def run_in_process(runtime: Runtime, batch_id: str, count: int, payloads: Any = 
     from uuid import UUID, uuid4
 
     from app.batches.runner import WorkerContext, run_item
-    from app.batches.service import payload_store
 
-    ctx = WorkerContext(runtime=runtime, worker_id=f"in-process-{uuid4()}", payloads=payloads or payload_store(runtime))
-    return [run_item(ctx, UUID(batch_id), idx) for idx in range(count)]
+    ctx = WorkerContext.create(runtime, f"in-process-{uuid4()}", payloads=payloads)
+    try:
+        return [run_item(ctx, UUID(batch_id), idx) for idx in range(count)]
+    finally:
+        ctx.writer.close()

@@ -14,6 +14,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from app.batches.retention import purge_batches
+from app.batches import store
 from app.batches.service import payload_store
 from tests.batches.helpers import CHAT, get, run_in_process, submit, usage_events
 from tests.processes import ROOT
@@ -51,8 +52,7 @@ def test_the_submitter_deletes_a_finished_batch_with_its_files_and_its_usage_eve
 def test_a_batch_with_items_still_queued_or_running_is_a_409_and_stays_whole(client, key, runtime) -> None:
     batch_id = str(submit(client, key, [CHAT] * 3).json["id"])
     with runtime.pool.connection() as conn:
-        conn.execute("UPDATE batch_items SET state = 'running', worker_id = 'elsewhere' WHERE batch_id = %s"
-                     " AND idx = 0", (batch_id,))
+        assert store.claim_item(conn, UUID(batch_id), 0, "elsewhere") is not None  # as a worker elsewhere does
     try:
         res = _delete(client, key, batch_id)
         assert res.status_code == 409

@@ -13,8 +13,6 @@ import pytest
 from app.batches import outbox, runner, store
 from app.batches.monitor import Heartbeat, reap
 from app.batches.runner import WorkerContext, run_item
-from app.batches.service import payload_store
-from app.usage.writer import GroupWriter
 from tests.reliability.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -23,10 +21,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture()
 def ctx(shared: Stack) -> Iterator[WorkerContext]:
     """A worker context in the test process (no worker process runs: items stay where the test puts them)."""
-    worker_id = f"test-worker-{id(shared)}"
-    payloads = payload_store(shared.runtime)
-    context = WorkerContext(runtime=shared.runtime, worker_id=worker_id, payloads=payloads,
-                            writer=GroupWriter(shared.runtime.pool, counter=worker_id, before_commit=payloads.sync))
+    context = WorkerContext.create(shared.runtime, f"test-worker-{id(shared)}")
     Heartbeat(context).beat()
     yield context
     context.writer.close()
