@@ -6,7 +6,6 @@ Errors come back in the caller's shape (OpenAI or Anthropic error objects) with 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,10 +13,10 @@ from flask import Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
-from app.api.bodies import read_body
+from app.api.bodies import json_text, read_body
 from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error
-from app.batches.validation import SURROGATE_ESCAPE, text_problem
+from app.batches.validation import STRICT_JSON, SURROGATE_ESCAPE, json_problem, text_problem
 from app.catalog.cache import get_catalog
 from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
 from app.pipeline import run_inference
@@ -45,15 +44,17 @@ def json_body() -> dict[str, Any]:
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
-    raw = read_body(_runtime().settings.max_request_bytes, _too_large)
+    text = json_text(read_body(_runtime().settings.max_request_bytes, _too_large))
     try:
-        body = json.loads(raw or b"null")
-    except (ValueError, RecursionError):
-        raise BadRequest("invalid_json", "the request body is not valid JSON") from None
+        body = STRICT_JSON.decode(text or "null")
+    except ValueError as exc:  # bad syntax, NaN/Infinity, an integer of more than 4,300 digits
+        raise BadRequest("invalid_json", f"the request body is not valid JSON: {json_problem(exc)}") from None
+    except RecursionError:
+        raise BadRequest("invalid_json", "the request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("invalid_body", "the request body must be a JSON object")
     problem = text_problem(body.get("model"))
-    if problem is None and SURROGATE_ESCAPE.search(raw.decode("utf-8", "replace")):
+    if problem is None and SURROGATE_ESCAPE.search(text):
         problem = text_problem(body, nul=False)
     if problem is not None:
         raise ValidationFailed("invalid_request", f"the request holds text that cannot be sent upstream: {problem}")

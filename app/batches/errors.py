@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.errors import BadRequest, NotFound, PayloadTooLarge
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 
 
 class BatchNotFound(NotFound):
@@ -33,3 +33,15 @@ class BatchBodyTooLarge(PayloadTooLarge):
     """More bytes than RELAY_BATCH_MAX_BYTES."""
 
     code = "payload_too_large"
+
+
+class BatchItemTooLarge(PayloadTooLarge):
+    """One item holds more bytes than the largest live request (RELAY_MAX_REQUEST_BYTES)."""
+
+    code = "item_too_large"
+
+
+class BatchAlreadyFinished(Conflict):
+    """A cancel of a batch whose every item was already final: nothing is left to cancel, nothing changes."""
+
+    code = "batch_finished"

@@ -15,7 +15,7 @@ import psycopg
 
 from app.auth_model import Caller
 from app.batches import store
-from app.batches.errors import BatchBodyTooLarge, BatchNotFound
+from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFound
 from app.batches.intake import ParsedBatch, parse_batch
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
@@ -46,7 +46,7 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
-    parsed = parse_batch(raw, max_items=settings.batch_max_items)
+    parsed = parse_batch(raw, max_items=settings.batch_max_items, max_item_bytes=settings.max_request_bytes)
     batch_id = uuid4()
     payloads = payload_store(runtime)
     try:
@@ -93,11 +93,11 @@ def get_batch(runtime: Runtime, caller: Caller, batch_id: str, *, state: str | N
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
         counts = store.item_counts(conn, row["id"])
-        if row["finished_at"] is None and not counts.get("queued") and not counts.get("running"):
+        if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
-        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit) if limit else []
-    next_after = items[-1]["idx"] if len(items) == limit and items else None
-    return batch_view(row, counts, items=items, next_after=next_after)
+        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
+    next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
+    return batch_view(row, counts, items=items[:limit], next_after=next_after)
 
 
 def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
@@ -110,10 +110,13 @@ def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: s
 
 
 def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
-    """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker."""
+    """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker.
+    BatchAlreadyFinished (409) when every item was final before any cancel: nothing is cancelled or changed."""
     with runtime.pool.connection() as conn:
         with conn.transaction():
             row = _owned(conn, caller, batch_id)
+            if row["status"] != "cancelled" and _all_final(store.item_counts(conn, row["id"])):
+                raise BatchAlreadyFinished(message="every item of the batch is already final: nothing to cancel")
             store.cancel_batch(conn, row["id"])
             store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
         with conn.transaction():
@@ -121,6 +124,10 @@ def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
         fresh = store.get_batch(conn, row["id"]) or row
         counts = store.item_counts(conn, row["id"])
     return batch_view(fresh, counts, items=[], next_after=-1)
+
+
+def _all_final(counts: dict[str, int]) -> bool:
+    return not counts.get("queued") and not counts.get("running")
 
 
 def open_results(runtime: Runtime, caller: Caller, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:

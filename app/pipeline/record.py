@@ -46,7 +46,8 @@ class Recorder:
     def record_rejection(self, exc: RelayError) -> None:
         """A call rejected after authentication still gets its usage event, with the error code."""
         if not self.recorded:
-            self.record(status=exc.status, error_code=exc.code, usage=Usage())
+            self.record(status=exc.status, error_code=exc.code, usage=Usage(),
+                        upstream_status=getattr(exc, "upstream_status", None))
 
     def finish_whole(self, plan: Plan, status: int, body: bytes, content_type: str) -> InferenceResult:
         """Record a whole (non-streamed) upstream answer and build the result."""
