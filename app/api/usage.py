@@ -7,7 +7,7 @@ user's token events (app/usage_query.py: Visibility). Anything else is a 401.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from apispec.exceptions import DuplicateComponentNameError
@@ -108,11 +108,7 @@ def export_usage_events(args: dict[str, Any]) -> Response:
     runtime = _runtime()
     lines = csv_lines if fmt == "csv" else jsonl_lines
 
-    def generate() -> Iterator[str]:
-        with runtime.pool.connection() as conn:
-            yield from lines(iter_events(conn, flt, vis))
-
-    response = Response(stream_with_context(generate()), mimetype=EXPORT_TYPES[fmt])
+    response = Response(stream_with_context(lines(iter_events(runtime.pool, flt, vis))), mimetype=EXPORT_TYPES[fmt])
     response.headers["Content-Disposition"] = f'attachment; filename="usage-events.{fmt}"'
     response.headers["Cache-Control"] = "no-store"
     return response
