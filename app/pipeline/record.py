@@ -65,12 +65,13 @@ class Recorder:
 
     def record(self, *, status: int, error_code: str | None, usage: Usage, upstream_status: int | None = None,
                streamed: bool = False, payload: tuple[Any, bytes] | None = None,
-               later: bool = False) -> list[Statement] | None:
+               later: bool = False, counted: bool = True) -> list[Statement] | None:
         """Write the usage event, token counts, breaker changes and payload log as one atomic statement; with
-        LATER, return those writes for the caller's own transaction instead."""
+        LATER, return those writes for the caller's own transaction instead. COUNTED is false when USAGE is not
+        the call's whole usage (a stream that ended before its usage came): the cost is then null, not a guess."""
         self.recorded = True
-        statements = self._statements(self._event(status, error_code, usage, upstream_status, streamed), usage,
-                                      payload)
+        event = self._event(status, error_code, usage, upstream_status, streamed, counted)
+        statements = self._statements(event, usage, payload)
         try:
             if later:
                 return statements
@@ -98,14 +99,14 @@ class Recorder:
         return statements
 
     def _event(self, status: int, error_code: str | None, usage: Usage, upstream_status: int | None,
-               streamed: bool) -> UsageEvent:
+               streamed: bool, counted: bool) -> UsageEvent:
         call, route = self.call, self.route
         binding = route.binding if route else None
         extra: dict[str, Any] = {}
         if binding is not None:
             extra = {"model_resolved": binding.upstream_model, "host_id": binding.host.id,
                      "host_name": binding.host.name, "binding_id": binding.id, "adapter": binding.adapter,
-                     "cost_nanos": cost_nanos(binding.pricing, usage) if status < 300 else None}
+                     "cost_nanos": cost_nanos(binding.pricing, usage) if status < 300 and counted else None}
         model = call.body.get("model")
         return UsageEvent.for_caller(
             call.caller, request_id=call.request_id, source=call.source, status=status, policy_id=call.policy_id,
