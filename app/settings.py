@@ -32,6 +32,7 @@ class Settings:
     worker_heartbeat_s: float = 2.0
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"
+    metrics_token: str = ""  # bearer token that may read GET /metrics (the admin token always may)
     worker_id: str = ""
 
     @classmethod
@@ -61,6 +62,8 @@ class Settings:
             raise SettingsError("RELAY_SECRET_KEY must be at least 16 characters")
         if len(self.admin_token) < 16:
             raise SettingsError("RELAY_ADMIN_TOKEN must be at least 16 characters")
+        if self.metrics_token and len(self.metrics_token) < 16:
+            raise SettingsError("RELAY_METRICS_TOKEN must be at least 16 characters")
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
