@@ -12,6 +12,8 @@ from flask_smorest import Api
 from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
+from app.api.docs_assets import ASSETS_URL
+from app.api.docs_assets import blp as docs_blueprint
 from app.errors import RelayError
 from app.observability.metrics import install_request_metrics
 from app.runtime import Runtime
@@ -31,7 +33,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         OPENAPI_URL_PREFIX="/",
         OPENAPI_JSON_PATH="openapi.json",
         OPENAPI_SWAGGER_UI_PATH="/docs",
-        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        OPENAPI_SWAGGER_UI_URL=ASSETS_URL,  # served by Relay (app/api/docs_assets.py): no CDN
         MAX_CONTENT_LENGTH=max(settings.batch_max_bytes, settings.max_request_bytes) + 1024 * 1024,
         JSON_SORT_KEYS=False,
     )
@@ -41,6 +43,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     api = Api(app)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)
+    app.register_blueprint(docs_blueprint)
     _register_request_hooks(app)
     install_request_metrics(app)
     _register_error_handlers(app)

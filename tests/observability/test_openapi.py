@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def test_usage_routes_are_documented_with_their_errors(client) -> None:
     spec = client.get("/openapi.json").json
@@ -21,6 +23,15 @@ def test_usage_routes_are_documented_with_their_errors(client) -> None:
     assert "relayCredential" in spec["components"]["securitySchemes"]
 
 
-def test_the_interactive_docs_page_is_served(client) -> None:
+def test_the_interactive_docs_page_loads_every_asset_from_relay_itself(client) -> None:
     res = client.get("/docs")
     assert res.status_code == 200 and b"swagger" in res.data.lower()
+    page = res.get_data(as_text=True)
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert len(assets) == 3 and all(a.startswith("/docs/assets/") for a in assets), assets  # nothing off-host
+    for asset in assets:
+        got = client.get(asset)
+        assert got.status_code == 200 and len(got.get_data()) > 10_000, asset
+        assert got.mimetype == ("text/css" if asset.endswith(".css") else "text/javascript"), got.mimetype
+    assert client.get("/docs/assets/index.html").status_code == 404
+    assert client.get("/docs/assets/..%2F..%2Fswagger_ui_bundle%2F__init__.py").status_code == 404
