@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.api.docs_assets import ASSETS_URL
 from app.api.docs_assets import blp as docs_blueprint
+from app.api.openapi import build_api
 from app.errors import RelayError
 from app.observability.metrics import install_request_metrics
 from app.runtime import Runtime
@@ -40,7 +41,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     runtime = runtime or Runtime.build(settings)
     app.extensions["relay"] = runtime
-    api = Api(app)
+    api = build_api(app)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)
     app.register_blueprint(docs_blueprint)

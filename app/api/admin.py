@@ -14,6 +14,7 @@ from flask_smorest import Api, Blueprint
 from marshmallow import RAISE
 
 from app.api.bodies import json_text
+from app.api.openapi import error_answers
 from app.batches.validation import STRICT_JSON, json_depth, json_problem
 from app.catalog.apply import apply_catalog
 from app.catalog.export import read_catalog
@@ -22,7 +23,7 @@ from app.catalog.validate import parse_document
 from app.credentials.errors import InvalidCredential, MissingCredential
 from app.errors import BadRequest, ValidationFailed
 from app.runtime import Runtime
-from schemas.admin import ApplyQuerySchema, RelayErrorSchema
+from schemas.admin import ApplyQuerySchema
 from schemas.catalog import (
     ApplyResultSchema,
     CatalogSchema,
@@ -102,9 +103,7 @@ def runtime() -> Runtime:
 def documented(bp: Blueprint, summary: str, *statuses: int) -> Any:
     """OpenAPI summary, the admin security requirement, and the error answers (always 400 and 401)."""
     def decorate(func: Any) -> Any:
-        for status in sorted({400, 401, *statuses}):
-            func = bp.alt_response(status, schema=RelayErrorSchema, description="error")(func)
-        return bp.doc(summary=summary, security=SECURITY)(func)
+        return bp.doc(summary=summary, security=SECURITY)(error_answers(bp, 400, 401, *statuses)(func))
     return decorate
 
 

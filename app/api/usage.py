@@ -15,11 +15,11 @@ from flask import Response, current_app, g, request, stream_with_context
 from flask_smorest import Api, Blueprint
 from marshmallow import RAISE
 
+from app.api.openapi import error_answers
 from app.auth import authenticate, credential_from_headers
 from app.runtime import Runtime
 from app.usage.queries import Cursor, UsageFilter, Visibility, csv_lines, event_json, jsonl_lines, summary_json
 from app.usage.store import iter_events, list_events, summarize
-from schemas.admin import RelayErrorSchema
 from schemas.usage import EventListArgs, EventPageSchema, ExportArgs, SummaryArgs, SummarySchema
 
 MAX_SUMMARY_ROWS = 10_000
@@ -62,9 +62,7 @@ def _authenticate_reader() -> None:
 
 def _documented(summary: str) -> Any:
     def decorate(func: Any) -> Any:
-        for status in (400, 401):
-            func = blp.alt_response(status, schema=RelayErrorSchema, description="error")(func)
-        return blp.doc(summary=summary, security=SECURITY)(func)
+        return blp.doc(summary=summary, security=SECURITY)(error_answers(blp, 400, 401)(func))
     return decorate
 
 
