@@ -205,16 +205,19 @@ class _ItemReader:
             self.window, self.window_start = self.text[pos:pos + limit + 1], pos
         try:
             item, end = _DECODER.raw_decode(self.window, pos - self.window_start)
-            return item, end + self.window_start
+            cut = end >= len(self.window)  # a number at the window's end may be the start of a longer one
         except json.JSONDecodeError as exc:
             if not _cut_short(exc, len(self.window)):
                 return _decode(self.text, pos)  # a real syntax error: reported at its place in the body
-            if not fresh and pos > self.window_start:
-                self.window = ""
-                return self._decode_windowed(pos, limit)  # the item runs past this window: one starting at it
-            raise self._too_large() from None
+            cut = True
         except ValueError as exc:
             raise InvalidJson(message=f"the body is not valid JSON: {json_problem(exc)}") from exc
+        if not cut:
+            return item, end + self.window_start
+        if not fresh:
+            self.window = ""
+            return self._decode_windowed(pos, limit)  # the item runs past this window: one starting at it
+        raise self._too_large()
 
     def _bytes(self, start: int, end: int) -> int:
         return end - start if self.parsed.raw else len(self.text[start:end].encode("utf-8", "surrogatepass"))

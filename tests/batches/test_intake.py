@@ -105,3 +105,18 @@ def test_non_finite_numbers_and_4301_digit_integers_are_invalid_json_anywhere(ra
         for limit in (None, 5000):
             with pytest.raises(InvalidJson):
                 parse_batch(body, max_items=1000, max_item_bytes=limit)
+
+
+def test_an_item_at_the_end_of_a_window_is_never_taken_for_a_shorter_one() -> None:
+    head, first, limit = b'{"shape": "openai", "requests": [', _chat_line("first") + b", ", 200
+    window_end = len(head) + limit + 1  # the first window: LIMIT + 1 characters from the first item
+    tail = b", ".join([_chat_line(f"item {i}") for i in range(10)]) + b"]}"
+    for item in (b"1234567890123456789", b'"a string item"', b"[1, 2, 3]"):
+        for k in range(1, len(item)):  # the window ends K characters into the item
+            body = head + first + b" " * (window_end - k - len(head + first)) + item + b", " + tail
+            with pytest.raises(InvalidBatch) as caught:
+                parse_batch(body, max_items=100, max_item_bytes=limit)
+            assert caught.value.details[0] == {"idx": 1, "field": "", "message": NOT_AN_OBJECT}
+
+
+NOT_AN_OBJECT = "must be a JSON object (a request body)"
