@@ -63,7 +63,8 @@ def _held_connections(stack: Stack) -> list[str]:
 
 
 def test_stalled_export_readers_hold_no_database_connection_and_other_routes_still_answer(
-        api: RelayProcess, fuzz_stack: Stack, fuzz_key: str) -> None:
+        api: RelayProcess, fuzz_stack: Stack) -> None:
+    key = fuzz_stack.new_key("kill")  # a key of its own: the schemathesis run may have replaced the catalog
     admin = fuzz_stack.settings.admin_token
     stalled = [_open_stalled_export(api.url, admin) for _ in range(STALLED)]
     try:
@@ -75,7 +76,7 @@ def test_stalled_export_readers_hold_no_database_connection_and_other_routes_sti
         for path in ("/v1/usage/events?limit=5", "/v1/usage/summary", "/admin/relay-keys", "/readyz"):
             res = requests.get(api.url + path, headers=headers, timeout=60)
             assert res.status_code == 200, (path, res.status_code, res.text[:300])
-        res = requests.get(api.url + "/v1/batches", headers={"Authorization": f"Bearer {fuzz_key}"}, timeout=60)
+        res = requests.get(api.url + "/v1/batches", headers={"Authorization": f"Bearer {key}"}, timeout=60)
         assert res.status_code == 200, res.text[:300]
     finally:
         for sock in stalled:
