@@ -145,3 +145,14 @@ def test_hostile_values_in_admin_bodies_are_a_4xx_with_a_code(client: Client, ra
         assert res.status_code < 500, f"{path}: {res.status_code} {res.get_data(as_text=True)[:300]}"
         if res.status_code >= 400:
             _rejected(res, path, res.status_code)
+
+
+@pytest.mark.parametrize("raw", [*RAW_SURROGATES, *NON_FINITE, HUGE_INT], ids=lambda r: repr(r[:12]))
+def test_hostile_values_in_a_catalog_are_a_400_and_change_nothing(client: Client, raw: bytes) -> None:
+    for content_type in ("application/json", "application/yaml"):
+        body = (b'{"hosts": [{"name": "h", "base_url": "http://x/", "keys": [{"name": "k", "value": "v"}]}],'
+                b' "models": [{"name": "m", "bindings": [{"host": "h", "adapter": "openai", "upstream_model": "u",'
+                b' "pricing": {"input_per_mtok": %s, "output_per_mtok": 1}}]}]}' % raw)
+        res = client.admin("PUT", "/admin/catalog", data=body, content_type=content_type,
+                           query_string={"dry_run": "true"})
+        _rejected(res, "/admin/catalog")
