@@ -12,6 +12,9 @@ from flask_smorest import Api
 from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
+from app.api.docs_assets import ASSETS_URL
+from app.api.docs_assets import blp as docs_blueprint
+from app.api.openapi import build_api
 from app.errors import RelayError
 from app.observability.metrics import install_request_metrics
 from app.runtime import Runtime
@@ -31,17 +34,19 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         OPENAPI_URL_PREFIX="/",
         OPENAPI_JSON_PATH="openapi.json",
         OPENAPI_SWAGGER_UI_PATH="/docs",
-        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        OPENAPI_SWAGGER_UI_URL=ASSETS_URL,  # served by Relay (app/api/docs_assets.py): no CDN
         MAX_CONTENT_LENGTH=max(settings.batch_max_bytes, settings.max_request_bytes) + 1024 * 1024,
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     runtime = runtime or Runtime.build(settings)
     app.extensions["relay"] = runtime
-    api = Api(app)
+    api = build_api(app)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)
     _register_console(app)
+
+    app.register_blueprint(docs_blueprint)
     _register_request_hooks(app)
     install_request_metrics(app)
     _register_error_handlers(app)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
+from app.commands.output import detail_lines
 from app.errors import RelayError
 from app.observability.logs import install_json_logging
 from app.settings import SettingsError
@@ -46,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RelayError as exc:
         print(f"relay: {exc.code}: {exc.message}", file=sys.stderr)
+        for line in detail_lines(exc.details):
+            print(f"  {line}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`relay keys list | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141  # 128 + SIGPIPE, as a shell tool killed by the closed pipe
     except KeyboardInterrupt:
         return 130
 

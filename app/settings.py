@@ -37,6 +37,8 @@ class Settings:
     queue_name: str = "relay.batch_items"
     queue_type: str = "classic"
     broker_ui_url: str = ""
+
+    metrics_token: str = ""  # bearer token that may read GET /metrics (the admin token always may)
     worker_id: str = ""
 
     @classmethod
@@ -68,6 +70,9 @@ class Settings:
             raise SettingsError("RELAY_ADMIN_TOKEN must be at least 16 characters")
         if self.queue_type not in QUEUE_TYPES:
             raise SettingsError(f"RELAY_QUEUE_TYPE must be {' or '.join(QUEUE_TYPES)}, got {self.queue_type!r}")
+
+        if self.metrics_token and len(self.metrics_token) < 16:
+            raise SettingsError("RELAY_METRICS_TOKEN must be at least 16 characters")
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields, validate
+from datetime import UTC, datetime
+
+from marshmallow import Schema, ValidationError, fields, validate
 
 from schemas.catalog import NAME, PRINTABLE
 
@@ -22,6 +24,19 @@ class RelayErrorSchema(Schema):
     error = fields.Nested(ErrorBodySchema, required=True)
 
 
+LATEST_EXPIRY = datetime(9999, 1, 1, tzinfo=UTC)  # later times do not survive a round trip through every time zone
+
+
+def before_latest_expiry(value: datetime) -> None:
+    """A time Python and Postgres can both hold in any time zone: before 9999-01-01T00:00:00Z."""
+    try:
+        in_range = value.astimezone(UTC) < LATEST_EXPIRY
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise ValidationError("must be before 9999-01-01T00:00:00Z")
+
+
 class RelayKeyCreateSchema(Schema):
     principal_kind = fields.String(required=True, validate=validate.OneOf(PRINCIPAL_KINDS))
     principal = fields.String(required=True, validate=NAME)
@@ -29,7 +44,8 @@ class RelayKeyCreateSchema(Schema):
     project = fields.String(validate=NAME, metadata={"description": "defaults to the principal's"})
     team = fields.String(validate=NAME, metadata={"description": "defaults to the principal's"})
     name = fields.String(validate=[validate.Length(max=200), PRINTABLE])
-    expires_at = fields.AwareDateTime(metadata={"description": "RFC 3339, with a timezone"})
+    expires_at = fields.AwareDateTime(validate=before_latest_expiry,
+                                      metadata={"description": "RFC 3339, with a timezone; before the year 9999"})
 
 
 class RelayKeyRotateSchema(Schema):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marshmallow import INCLUDE, RAISE, Schema, fields, validate
+from marshmallow import RAISE, Schema, fields, validate
 
 SHAPES = ("openai", "anthropic", "openai_responses")
 ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
@@ -18,17 +18,16 @@ class BatchEnvelopeSchema(Schema):
         unknown = RAISE
 
     shape = fields.String(required=True, validate=validate.OneOf(SHAPES))
-    metadata = fields.Dict(keys=fields.String(), load_default=None, allow_none=True)
+    metadata = fields.Dict(keys=fields.String(), load_default=None, allow_none=True, metadata={
+        "description": "your own labels: at most 16 KiB as JSON and 16 levels deep"})
 
 
 class BatchSubmitSchema(BatchEnvelopeSchema):
-    """`POST /v1/batches` body (documentation; the body is parsed by app.batches.intake in one pass)."""
+    """`POST /v1/batches` body (documentation; the body is parsed by app.batches.intake in one pass). Members
+    other than these three are refused."""
 
-    class Meta:
-        unknown = INCLUDE
-
-    requests = fields.List(fields.Dict(), required=True,
-                           metadata={"description": "request bodies of `shape`, without `stream`"})
+    requests = fields.List(fields.Dict(), required=True, validate=validate.Length(min=1), metadata={
+        "description": "request bodies of `shape`, without `stream`; each at most RELAY_MAX_REQUEST_BYTES"})
 
 
 class BatchItemsArgs(Schema):

@@ -50,6 +50,7 @@ export RELAY_ADMIN_TOKEN=admin-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d '
 export RELAY_SECRET_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export RELAY_BATCH_PAYLOAD_DIR=$ROOT/relay-batch-payloads
 export RELAY_FAKE_UPSTREAM_URL=http://127.0.0.1:$FAKE_PORT
+export RELAY_METRICS_TOKEN=metrics-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 ENV
   fi
 }
@@ -83,7 +84,7 @@ Relay is running.
   RabbitMQ UI:    http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}        (guest / guest)
   fake upstream:  http://127.0.0.1:$FAKE_PORT
   demo relay key: $key
-  admin token:    \$RELAY_ADMIN_TOKEN in .run/env
+  admin token:    \$RELAY_ADMIN_TOKEN in .run/env (metrics: /metrics with \$RELAY_METRICS_TOKEN)
   logs:           .run/*.log      stop: scripts/dev.sh down
 
 A live request:
@@ -91,11 +92,17 @@ A live request:
     -H 'content-type: application/json' \\
     -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello"}]}'
 
-A batch (then GET /v1/batches/ID and /v1/batches/ID/results):
+A batch (the answer's "id" is the batch's ID):
   curl -s http://127.0.0.1:$API_PORT/v1/batches -H "Authorization: Bearer $key" \\
     -H 'content-type: application/json' \\
     -d '{"shape": "openai", "requests": [{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "one"}]},
                                          {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "two"}]}]}'
+  curl -s http://127.0.0.1:$API_PORT/v1/batches/ID -H "Authorization: Bearer $key"
+  curl -s http://127.0.0.1:$API_PORT/v1/batches/ID/results -H "Authorization: Bearer $key"
+
+The relay batches CLI reads RELAY_URL and RELAY_KEY:
+  export PATH="$ROOT/.venv/bin:\$PATH" RELAY_URL=http://127.0.0.1:$API_PORT RELAY_KEY=$key
+  relay batches list
 INFO
 }
 

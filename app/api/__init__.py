@@ -15,4 +15,4 @@ def register_all(api: Api, runtime: Runtime) -> None:
     api.register_blueprint(inference.blp)
     api.register_blueprint(batches.blp)
     usage.register(api)
-    api.register_blueprint(metrics.blp)
+    metrics.register(api)

@@ -6,7 +6,6 @@ Every /admin route needs `Authorization: Bearer $RELAY_ADMIN_TOKEN` (compared in
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
 from flask import current_app, request
@@ -14,14 +13,17 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Api, Blueprint
 from marshmallow import RAISE
 
+from app.api.bodies import json_text
+from app.api.openapi import error_answers
+from app.batches.validation import STRICT_JSON, json_depth, json_problem
 from app.catalog.apply import apply_catalog
 from app.catalog.export import read_catalog
 from app.catalog.service import delete_policy, get_policy_document, list_kind, set_policy_enabled
 from app.catalog.validate import parse_document
 from app.credentials.errors import InvalidCredential, MissingCredential
-from app.errors import ValidationFailed
+from app.errors import BadRequest, ValidationFailed
 from app.runtime import Runtime
-from schemas.admin import ApplyQuerySchema, RelayErrorSchema
+from schemas.admin import ApplyQuerySchema
 from schemas.catalog import (
     ApplyResultSchema,
     CatalogSchema,
@@ -65,38 +67,29 @@ def require_admin() -> None:
     if is_catalog:
         return
     if request.is_json:
-        _refuse_deep_json()
+        _refuse_bad_json()
     elif request.content_length or request.headers.get("Transfer-Encoding"):
         # The argument parser reads JSON only: any other body would be ignored, and a rotation sent as
         # text/plain would silently lose its grace period. (400 like every other body these routes refuse.)
         raise ValidationFailed(message="send the body as application/json")
 
 
-def _refuse_deep_json() -> None:
-    """Answer 400, not 500, for JSON nested deeper than MAX_JSON_DEPTH: json.loads raises RecursionError (not a
-    ValueError) on deeply nested input, here or, for a depth that decodes here, in the argument parser's deeper
-    stack."""
+def _refuse_bad_json() -> None:
+    """Answer 400, not 500, for JSON the argument parser would choke on: nested deeper than MAX_JSON_DEPTH
+    (json.loads raises RecursionError, not ValueError, on deeply nested input, here or, for a depth that decodes
+    here, in the parser's deeper stack), or holding what strict JSON refuses (raw surrogate bytes, NaN, an
+    integer of more than 4,300 digits)."""
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        return  # no body: the argument parser decides whether one is needed
     try:
-        body = json.loads(request.get_data(cache=True))
+        body = STRICT_JSON.decode(json_text(raw))
     except RecursionError as exc:
         raise ValidationFailed(message="the JSON body is nested too deeply") from exc
-    except ValueError:
-        return  # not JSON at all: the argument parser answers 400 with its own message
+    except ValueError as exc:
+        raise BadRequest("invalid_json", f"the request body is not valid JSON: {json_problem(exc)}") from None
     if json_depth(body) > MAX_JSON_DEPTH:
         raise ValidationFailed(message=f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep")
-
-
-def json_depth(value: Any) -> int:
-    """How deeply VALUE's lists and objects nest (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 blp.before_request(require_admin)
@@ -111,9 +104,7 @@ def runtime() -> Runtime:
 def documented(bp: Blueprint, summary: str, *statuses: int) -> Any:
     """OpenAPI summary, the admin security requirement, and the error answers (always 400 and 401)."""
     def decorate(func: Any) -> Any:
-        for status in sorted({400, 401, *statuses}):
-            func = bp.alt_response(status, schema=RelayErrorSchema, description="error")(func)
-        return bp.doc(summary=summary, security=SECURITY)(func)
+        return bp.doc(summary=summary, security=SECURITY)(error_answers(bp, 400, 401, *statuses)(func))
     return decorate
 
 

@@ -10,6 +10,7 @@ from flask_smorest import Blueprint
 
 from app.api.bodies import read_body
 from app.api.callers import request_caller
+from app.api.openapi import error_answers
 from app.auth_model import Caller
 from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
@@ -30,6 +31,7 @@ blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
 
 _NDJSON = "application/x-ndjson"
+SECURITY: list[dict[str, list[str]]] = [{"relayCredential": []}]
 
 
 def _runtime() -> Runtime:
@@ -37,8 +39,10 @@ def _runtime() -> Runtime:
 
 
 @blp.route("", methods=["POST"])
-@blp.doc(summary="Submit a batch", requestBody={
+@blp.doc(summary="Submit a batch: 400 lists every bad item; 413 for too many items or bytes, or an item larger than"
+                 " a live request", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
+@error_answers(blp, 400, 401, 413, 415, 503, 507)
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
@@ -51,7 +55,7 @@ def submit() -> ResponseReturnValue:
 
 
 @blp.route("", methods=["GET"])
-@blp.doc(summary="List your batches, newest first")
+@blp.doc(summary="List your batches, newest first", security=SECURITY)
 @blp.arguments(BatchListArgs, location="query")
 @blp.response(200, BatchListSchema)
 def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
@@ -59,7 +63,7 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
 
 
 @blp.route("/<batch_id>", methods=["GET"])
-@blp.doc(summary="A batch: status, counts per item state, a page of items")
+@blp.doc(summary="A batch: status, counts per item state, a page of items", security=SECURITY)
 @blp.arguments(BatchItemsArgs, location="query")
 @blp.response(200, BatchSchema)
 def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
@@ -68,7 +72,8 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 
 
 @blp.route("/<batch_id>/results", methods=["GET"])
-@blp.doc(summary="Every item's result in idx order, streamed (JSON, or JSON Lines with ?format=jsonl)")
+@blp.doc(summary="Every item's result in idx order, streamed (JSON, or JSON Lines with ?format=jsonl)",
+         security=SECURITY)
 @blp.arguments(BatchResultsArgs, location="query")
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
@@ -85,7 +90,9 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None) -> R
 
 
 @blp.route("/<batch_id>/cancel", methods=["POST"])
-@blp.doc(summary="Cancel a batch: queued items never run, running ones are stopped (idempotent)")
+@blp.doc(summary="Cancel a batch: queued items never run, running ones are stopped (idempotent); 409"
+                 " batch_finished when every item was already final (nothing is changed)", security=SECURITY)
+@error_answers(blp, 409)
 @blp.response(200, BatchSchema)
 def cancel(batch_id: str) -> ResponseReturnValue:
     return service.cancel_batch(_runtime(), request_caller(), batch_id)

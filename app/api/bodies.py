@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from flask import request
 
-from app.errors import RelayError
+from app.errors import BadRequest, RelayError
 
 _READ_CHUNK = 1 << 20
 
@@ -23,3 +23,13 @@ def read_body(limit: int, too_large: Callable[[int], RelayError]) -> bytes:
             raise too_large(limit)
         body += chunk
     return bytes(body)
+
+
+def json_text(raw: bytes) -> str:
+    """RAW as UTF-8 text (a leading byte order mark dropped), or a 400: bytes that are not UTF-8, raw surrogate
+    bytes (ED A0 80...) included, which json.loads would otherwise turn into strings no upstream can encode."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("invalid_json", f"the request body is not valid UTF-8: {exc.reason} at byte {exc.start}") \
+            from None

@@ -9,16 +9,21 @@ from flask_smorest import Blueprint
 from app.observability.health import check_readiness
 
 blp = Blueprint("health", __name__, description="Liveness and readiness")
+_STATUS = {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "unavailable"]},
+                                            "checks": {"type": "object", "additionalProperties": {"type": "string"}}},
+           "required": ["status"]}
+_ANSWER = {"content": {"application/json": {"schema": _STATUS}}}
 
 
 @blp.route("/healthz")
-@blp.doc(summary="The process is up")
+@blp.doc(summary="The process is up", responses={"200": {"description": "up", **_ANSWER}})
 def healthz() -> ResponseReturnValue:
     return {"status": "ok"}
 
 
 @blp.route("/readyz")
-@blp.doc(summary="Postgres and RabbitMQ are reachable (503 names the one that is not)")
+@blp.doc(summary="Postgres and RabbitMQ are reachable (503 names the one that is not)",
+         responses={"200": {"description": "ready", **_ANSWER}, "503": {"description": "not ready", **_ANSWER}})
 def readyz() -> ResponseReturnValue:
     runtime = current_app.extensions["relay"]
     checks = check_readiness(runtime)

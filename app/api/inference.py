@@ -6,7 +6,6 @@ Errors come back in the caller's shape (OpenAI or Anthropic error objects) with 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,15 +13,17 @@ from flask import Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
-from app.api.bodies import read_body
+from app.api.bodies import json_text, read_body
 from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error
-from app.batches.validation import SURROGATE_ESCAPE, text_problem
+from app.api.openapi import error_answers
+from app.batches.validation import STRICT_JSON, SURROGATE_ESCAPE, json_problem, text_problem
 from app.catalog.cache import get_catalog
 from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
 from app.pipeline import run_inference
 from app.pipeline.types import InferenceCall, InferenceResult
 from app.runtime import Runtime
+from schemas.inference import ShapedErrorSchema
 
 blp = Blueprint("inference", __name__, description="Live inference (OpenAI- and Anthropic-compatible)")
 
@@ -45,15 +46,17 @@ def json_body() -> dict[str, Any]:
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
-    raw = read_body(_runtime().settings.max_request_bytes, _too_large)
+    text = json_text(read_body(_runtime().settings.max_request_bytes, _too_large))
     try:
-        body = json.loads(raw or b"null")
-    except (ValueError, RecursionError):
-        raise BadRequest("invalid_json", "the request body is not valid JSON") from None
+        body = STRICT_JSON.decode(text or "null")
+    except ValueError as exc:  # bad syntax, NaN/Infinity, an integer of more than 4,300 digits
+        raise BadRequest("invalid_json", f"the request body is not valid JSON: {json_problem(exc)}") from None
+    except RecursionError:
+        raise BadRequest("invalid_json", "the request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("invalid_body", "the request body must be a JSON object")
     problem = text_problem(body.get("model"))
-    if problem is None and SURROGATE_ESCAPE.search(raw.decode("utf-8", "replace")):
+    if problem is None and SURROGATE_ESCAPE.search(text):
         problem = text_problem(body, nul=False)
     if problem is not None:
         raise ValidationFailed("invalid_request", f"the request holds text that cannot be sent upstream: {problem}")
@@ -128,14 +131,30 @@ def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
     return view
 
 
+_ANSWER = {"description": "the upstream's answer in the route's shape (server-sent events with `stream: true`)",
+           "content": {"application/json": {"schema": {"type": "object"}},
+                       "text/event-stream": {"schema": {"type": "string"}}}}
+_PASSED_THROUGH = {"description": "an upstream's non-retryable answer, passed through as it is",
+                   "content": {"application/json": {"schema": {}}}}
+_INFERENCE_DOC = {"security": [{"relayCredential": []}], "responses": {"200": _ANSWER, "default": _PASSED_THROUGH},
+                  "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}}
+# 403 model_not_allowed, 404 model_not_found, 429 rate_limited, 502 all_keys_failed, 503 no_binding / no key
+_INFERENCE_ERRORS = (400, 401, 403, 404, 413, 415, 429, 502, 503)
+
+
 def _register() -> None:
     for prefix in PREFIXES:
         for path, shape in ROUTES.items():
             route = prefix + path
+            view = error_answers(blp, *_INFERENCE_ERRORS, schema=ShapedErrorSchema)(_inference_view(shape, route))
             blp.add_url_rule(route, endpoint=f"{shape}{prefix.replace('/', '_')}",
-                             view_func=_inference_view(shape, route), methods=["POST"])
-        blp.add_url_rule(prefix + "/models", endpoint=f"models{prefix.replace('/', '_')}",
-                         view_func=_models_view(prefix.startswith("/anthropic")), methods=["GET"])
+                             view_func=blp.doc(**_INFERENCE_DOC)(view), methods=["POST"])
+        models = error_answers(blp, 401, schema=ShapedErrorSchema)(_models_view(prefix.startswith("/anthropic")))
+        models = blp.doc(security=_INFERENCE_DOC["security"], responses={"200": {
+            "description": "the models the caller's policy grants", "content": {
+                "application/json": {"schema": {"type": "object"}}}}})(models)
+        blp.add_url_rule(prefix + "/models", endpoint=f"models{prefix.replace('/', '_')}", view_func=models,
+                         methods=["GET"])
 
 
 _register()

@@ -7,7 +7,7 @@ user's token events (app/usage_query.py: Visibility). Anything else is a 401.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from apispec.exceptions import DuplicateComponentNameError
@@ -15,11 +15,11 @@ from flask import Response, current_app, g, request, stream_with_context
 from flask_smorest import Api, Blueprint
 from marshmallow import RAISE
 
+from app.api.openapi import error_answers
 from app.auth import authenticate, credential_from_headers
 from app.runtime import Runtime
 from app.usage.queries import Cursor, UsageFilter, Visibility, csv_lines, event_json, jsonl_lines, summary_json
 from app.usage.store import iter_events, list_events, summarize
-from schemas.admin import RelayErrorSchema
 from schemas.usage import EventListArgs, EventPageSchema, ExportArgs, SummaryArgs, SummarySchema
 
 MAX_SUMMARY_ROWS = 10_000
@@ -62,9 +62,7 @@ def _authenticate_reader() -> None:
 
 def _documented(summary: str) -> Any:
     def decorate(func: Any) -> Any:
-        for status in (400, 401):
-            func = blp.alt_response(status, schema=RelayErrorSchema, description="error")(func)
-        return blp.doc(summary=summary, security=SECURITY)(func)
+        return blp.doc(summary=summary, security=SECURITY)(error_answers(blp, 400, 401)(func))
     return decorate
 
 
@@ -108,11 +106,7 @@ def export_usage_events(args: dict[str, Any]) -> Response:
     runtime = _runtime()
     lines = csv_lines if fmt == "csv" else jsonl_lines
 
-    def generate() -> Iterator[str]:
-        with runtime.pool.connection() as conn:
-            yield from lines(iter_events(conn, flt, vis))
-
-    response = Response(stream_with_context(generate()), mimetype=EXPORT_TYPES[fmt])
+    response = Response(stream_with_context(lines(iter_events(runtime.pool, flt, vis))), mimetype=EXPORT_TYPES[fmt])
     response.headers["Content-Disposition"] = f'attachment; filename="usage-events.{fmt}"'
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -39,3 +39,14 @@ class BatchNotFinished(Conflict):
     """The batch still has queued or running items, so it cannot be deleted yet."""
 
     code = "batch_not_finished"
+
+class BatchItemTooLarge(PayloadTooLarge):
+    """One item holds more bytes than the largest live request (RELAY_MAX_REQUEST_BYTES)."""
+
+    code = "item_too_large"
+
+
+class BatchAlreadyFinished(Conflict):
+    """A cancel of a batch whose every item was already final: nothing is left to cancel, nothing changes."""
+
+    code = "batch_finished"

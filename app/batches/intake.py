@@ -14,10 +14,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
-from app.batches.validation import MAX_ERRORS, SURROGATE_ESCAPE, ItemError, item_errors, validate_envelope
+from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.validation import (
+    MAX_ERRORS,
+    STRICT_JSON,
+    SURROGATE_ESCAPE,
+    ItemError,
+    item_errors,
+    json_problem,
+    validate_envelope,
+)
 
-_DECODER = json.JSONDecoder()
+_DECODER = STRICT_JSON
 _WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -43,25 +51,26 @@ class ParsedBatch:
             yield self.raw[start:end] if self.raw else self.text[start:end].encode()
 
 
-def parse_batch(raw: bytes, *, max_items: int) -> ParsedBatch:
-    """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item.
+def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None) -> ParsedBatch:
+    """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item, BatchItemTooLarge
+    (413) for an item of more than MAX_ITEM_BYTES (found without decoding past that many characters of it).
 
     JSON nested near the interpreter's recursion limit raises RecursionError in the decoder or in any later walk
     of it (validation, the model name, the metadata size): that is bad input, answered 400 like malformed JSON.
     """
     try:
-        return _parse_batch(raw, max_items=max_items)
+        return _parse_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
     except RecursionError:
         raise InvalidJson(message="the body is nested too deeply") from None
 
 
-def _parse_batch(raw: bytes, *, max_items: int) -> ParsedBatch:
+def _parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidJson(message=f"the body is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
     parsed = ParsedBatch(shape="", metadata=None, raw=raw if len(raw) == len(text) else b"", text=text)
-    scanner = _Scanner(parsed, max_items)
+    scanner = _Scanner(parsed, max_items, max_item_bytes)
     envelope = scanner.scan_envelope()
     errors = validate_envelope(envelope, has_requests=scanner.has_requests)
     parsed.shape, parsed.metadata = str(envelope.get("shape")), envelope.get("metadata")
@@ -78,8 +87,9 @@ def _parse_batch(raw: bytes, *, max_items: int) -> ParsedBatch:
 class _Scanner:
     """One pass over the body: envelope members decoded, `requests` items decoded one by one and dropped."""
 
-    def __init__(self, parsed: ParsedBatch, max_items: int) -> None:
+    def __init__(self, parsed: ParsedBatch, max_items: int, max_item_bytes: int | None = None) -> None:
         self.parsed, self.text, self.max_items = parsed, parsed.text, max_items
+        self.items = _ItemReader(parsed, max_item_bytes)
         self.has_requests = False
         self.shape: str | None = None  # known while scanning when `shape` comes before `requests`
         self.errors: list[ItemError] | None = None  # inline item errors, when the shape was known
@@ -149,7 +159,7 @@ class _Scanner:
         while True:
             if parsed.count >= self.max_items:
                 raise BatchTooLarge(message=f"a batch holds at most {self.max_items} requests")
-            item, end = _decode(text, pos)
+            item, end = self.items.decode(pos)
             if self.errors is not None and len(self.errors) < MAX_ERRORS:
                 self.errors.extend(item_errors(self.shape or "", parsed.count, item,
                                                may_hold_surrogates=self._may_hold_surrogates(pos, end)))
@@ -170,12 +180,63 @@ class _Scanner:
         self.shape, self.errors = None, None
 
 
+class _ItemReader:
+    """Decodes items, refusing one longer than the limit (the live request limit) before decoding more than that
+    many characters of it: in a body larger than the limit, items are decoded from a window of limit + 1
+    characters (one copy of the body in total, window by window), so an oversized item fails to decode there."""
+
+    def __init__(self, parsed: ParsedBatch, limit: int | None) -> None:
+        self.parsed, self.text, self.limit = parsed, parsed.text, limit
+        self.window, self.window_start = "", 0
+
+    def decode(self, pos: int) -> tuple[Any, int]:
+        limit = self.limit
+        if limit is None or len(self.text) - pos <= limit:
+            item, end = _decode(self.text, pos)
+        else:
+            item, end = self._decode_windowed(pos, limit)
+        if limit is not None and end - pos > limit // 4 and self._bytes(pos, end) > limit:
+            raise self._too_large()
+        return item, end
+
+    def _decode_windowed(self, pos: int, limit: int) -> tuple[Any, int]:
+        fresh = not (self.window_start <= pos < self.window_start + len(self.window))
+        if fresh:
+            self.window, self.window_start = self.text[pos:pos + limit + 1], pos
+        try:
+            item, end = _DECODER.raw_decode(self.window, pos - self.window_start)
+            cut = end >= len(self.window)  # a number at the window's end may be the start of a longer one
+        except json.JSONDecodeError as exc:
+            if not _cut_short(exc, len(self.window)):
+                return _decode(self.text, pos)  # a real syntax error: reported at its place in the body
+            cut = True
+        except ValueError as exc:
+            raise InvalidJson(message=f"the body is not valid JSON: {json_problem(exc)}") from exc
+        if not cut:
+            return item, end + self.window_start
+        if not fresh:
+            self.window = ""
+            return self._decode_windowed(pos, limit)  # the item runs past this window: one starting at it
+        raise self._too_large()
+
+    def _bytes(self, start: int, end: int) -> int:
+        return end - start if self.parsed.raw else len(self.text[start:end].encode("utf-8", "surrogatepass"))
+
+    def _too_large(self) -> BatchItemTooLarge:
+        return BatchItemTooLarge(message=f"requests[{self.parsed.count}] holds more than {self.limit} bytes (the "
+                                         "largest live request, RELAY_MAX_REQUEST_BYTES)")
+
+
+def _cut_short(exc: json.JSONDecodeError, length: int) -> bool:
+    """Whether a decode of a window of LENGTH characters failed because the window ended inside the value."""
+    return exc.pos >= length - 6 or exc.msg.startswith("Unterminated string")
+
+
 def _decode(text: str, pos: int) -> tuple[Any, int]:
     try:
         return _DECODER.raw_decode(text, pos)
-    except json.JSONDecodeError as exc:
-        raise InvalidJson(message=f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
-            from exc
+    except ValueError as exc:  # bad syntax, NaN/Infinity, an integer of more than 4,300 digits
+        raise InvalidJson(message=f"the body is not valid JSON: {json_problem(exc)}") from exc
 
 
 def _skip(text: str, pos: int) -> int:

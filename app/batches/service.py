@@ -15,7 +15,7 @@ import psycopg
 
 from app.auth_model import ATTRIBUTION, Caller
 from app.batches import store
-from app.batches.errors import BatchBodyTooLarge, BatchNotFinished, BatchNotFound
+from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.finals import cancel_queued
 from app.batches.intake import parse_batch
 from app.errors import BadRequest, ServiceUnavailable
@@ -47,7 +47,7 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
-    parsed = parse_batch(raw, max_items=settings.batch_max_items)
+    parsed = parse_batch(raw, max_items=settings.batch_max_items, max_item_bytes=settings.max_request_bytes)
     return create_batch(runtime, caller, shape=parsed.shape, metadata=parsed.metadata, bodies=parsed.item_bodies(),
                         models=parsed.models)
 
@@ -103,11 +103,11 @@ def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: 
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
         counts = store.item_counts(conn, row["id"], row["total"])
-        if row["finished_at"] is None and not counts.get("queued") and not counts.get("running"):
+        if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
-        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit) if limit else []
-    next_after = items[-1]["idx"] if len(items) == limit and items else None
-    return batch_view(row, counts, items=items, next_after=next_after)
+        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
+    next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
+    return batch_view(row, counts, items=items[:limit], next_after=next_after)
 
 
 def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
@@ -136,10 +136,13 @@ def _page(views: list[dict[str, Any]], limit: int) -> dict[str, Any]:
 
 def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
     """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker.
+    BatchAlreadyFinished (409) when every item was final before any cancel: nothing is cancelled or changed.
     A caller of None is the operator (admin routes only)."""
     with runtime.pool.connection() as conn:
         with conn.transaction():
             row = _owned(conn, caller, batch_id)
+            if row["status"] != "cancelled" and _all_final(store.item_counts(conn, row["id"], row["total"])):
+                raise BatchAlreadyFinished(message="every item of the batch is already final: nothing to cancel")
             store.mark_cancelled(conn, row["id"])
             cancel_queued(conn, row)
             store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
@@ -165,6 +168,10 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
                                    details=waiting)
     payload_store(runtime).remove_batch(row["id"])  # after the commit: a crash here leaves a stray folder for purge
     return {"id": row["id"], "object": "batch", "deleted": True}
+
+
+def _all_final(counts: dict[str, int]) -> bool:
+    return not counts.get("queued") and not counts.get("running")
 
 
 def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:

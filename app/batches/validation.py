@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +18,39 @@ from schemas.batches import BatchEnvelopeSchema
 
 MAX_ERRORS = 1000  # item errors listed in one 400 answer
 MAX_METADATA_BYTES = 16 * 1024
+MAX_METADATA_DEPTH = 16  # levels of objects and arrays in `metadata` (a deeper one could not be read back)
 _ENVELOPE = BatchEnvelopeSchema()
 _EMBEDDINGS_ONLY = ("encoding_format", "dimensions")  # fields only an embeddings request has
 _CANONICAL_ONLY = ("max_tokens", "instructions")  # canonical fields that an embeddings body does not have
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # JSON text that may decode to a lone surrogate
+
+
+class UnsupportedNumber(ValueError):
+    """NaN, Infinity or a number past a double's range: Python's json reads them, JSON, upstreams and Postgres
+    do not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise UnsupportedNumber(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise UnsupportedNumber(f"the number {text[:40]} is out of range")
+    return value
+
+
+# Every request body Relay reads is decoded by this: strict JSON (RFC 8259) numbers only.
+STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def json_problem(exc: ValueError) -> str:
+    """Why STRICT_JSON refused a text: a syntax error with its place, a non-finite number, or an integer past
+    Python's 4,300-digit limit."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return str(exc)
 
 
 @dataclass(frozen=True)
@@ -46,7 +76,9 @@ def validate_envelope(envelope: dict[str, Any], *, has_requests: bool) -> list[I
         problem = "must be an array of request bodies" if "requests" in envelope else "is required"
         errors.append(ItemError(None, "requests", problem))
     metadata = envelope.get("metadata")
-    if isinstance(metadata, dict) and len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+    if isinstance(metadata, dict) and json_depth(metadata) > MAX_METADATA_DEPTH:
+        errors.append(ItemError(None, "metadata", f"must nest at most {MAX_METADATA_DEPTH} levels deep"))
+    elif isinstance(metadata, dict) and len(json.dumps(metadata)) > MAX_METADATA_BYTES:
         errors.append(ItemError(None, "metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON"))
     elif isinstance(metadata, dict) and (unstorable := text_problem(metadata)):
         errors.append(ItemError(None, "metadata", unstorable))
@@ -98,6 +130,19 @@ def text_problem(value: Any, *, nul: bool = True) -> str | None:
     return None
 
 
+def json_depth(value: Any) -> int:
+    """How many levels of objects and arrays VALUE nests (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _is_embeddings(shape: str, item: dict[str, Any]) -> bool:
     """An embeddings request (model + input, or an embeddings-only field or model) sent as a batch item."""
     if "messages" in item or EMBEDDINGS.validate_request(item) or any(name in item for name in _CANONICAL_ONLY):
@@ -126,5 +171,5 @@ def _flatten(problems: Any) -> list[str]:
     return [str(problems)]
 
 
-__all__ = ["MAX_ERRORS", "SHAPES", "SURROGATE_ESCAPE", "ItemError", "item_errors", "text_problem",
-           "validate_envelope"]
+__all__ = ["MAX_ERRORS", "SHAPES", "STRICT_JSON", "SURROGATE_ESCAPE", "ItemError", "UnsupportedNumber", "item_errors",
+           "json_depth", "json_problem", "text_problem", "validate_envelope"]

@@ -46,6 +46,8 @@ def parse_document(text: str | bytes, fmt: str) -> Any:
         raise InvalidCatalog([f"(document): not valid YAML: {exc.problem or 'syntax error'}{where}"]) from exc
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidCatalog([f"(document): cannot be read ({type(exc).__name__})"]) from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits, in JSON or YAML
+        raise InvalidCatalog([f"(document): cannot be read: {str(exc)[:120]}"]) from exc
 
 
 def validate_catalog(raw: Any, env: Mapping[str, str]) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """`relay batches submit|status|results|cancel|delete|list`: a client of a Relay API's /v1/batches over HTTP; and
-`relay batches purge` for operators, straight on the database and the payload directory."""
+`relay batches purge` for operators, straight on the database and the payload directory.
+
+Exit codes: 0 done; 1 an error (the API's code, message and field messages on stderr); 3 `submit --wait` saw the
+batch finish with items that did not complete (discarded or cancelled).
+"""
 
 from __future__ import annotations
 
@@ -21,12 +25,19 @@ from app.errors import RelayError
 
 _SHAPES = ("openai", "anthropic", "openai_responses")
 _FINAL = ("completed", "discarded", "cancelled")
+EXIT_NOT_ALL_COMPLETED = 3
 
 
 class ApiError(RelayError):
-    """The Relay API answered with an error (its code and message are passed through)."""
+    """The Relay API answered with an error (its code, message and details are passed through)."""
 
     code = "api_error"
+
+
+class UnreadableFile(RelayError):
+    """The requests file cannot be read or holds no valid JSON Lines."""
+
+    code = "unreadable_file"
 
 
 def register(sub: Any) -> None:
@@ -36,12 +47,16 @@ def register(sub: Any) -> None:
     p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
     p.add_argument("--shape", required=True, choices=_SHAPES)
     p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
-    p.add_argument("--wait", action="store_true", help="show progress until every item is final")
+    p.add_argument("--wait", action="store_true", help="show progress until every item is final; exits 3 when"
+                   " some items did not complete (discarded or cancelled)")
     p.set_defaults(func=cmd_submit)
     p = _with_client(cmds.add_parser("status", help="show a batch with its counts"))
     p.add_argument("id")
     p.add_argument("--state", help="list items in this state")
-    p.add_argument("--limit", type=int, default=20, help="items to list (default 20)")
+    p.add_argument("--limit", type=int, default=20, help="items per page (default 20, at most 1000)")
+    p.add_argument("--after", type=int, default=-1, metavar="IDX",
+                   help="list items after this idx (`items_next_after` of the previous page)")
+    p.add_argument("--all", action="store_true", help="list every item, page after page")
     p.set_defaults(func=cmd_status)
     p = _with_client(cmds.add_parser("results", help="write a batch's results (JSON Lines) to stdout or --output"))
     p.add_argument("id")
@@ -54,7 +69,8 @@ def register(sub: Any) -> None:
     p.add_argument("id")
     p.set_defaults(func=cmd_delete)
     p = _with_client(cmds.add_parser("list", help="list your batches, newest first"))
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int, default=20, help="batches per page (default 20, at most 100)")
+    p.add_argument("--after", metavar="CURSOR", help="the page after this one (`next_cursor` of the previous page)")
     p.set_defaults(func=cmd_list)
     p = cmds.add_parser("purge", help="(operators, on the database) delete every batch finished before a date,"
                                       " with its payload files; usage events stay")
@@ -78,14 +94,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0
     batch = wait_for(args, batch["id"], sys.stderr)
     _print_counts(batch)
-    return 0
+    return 0 if batch["counts"]["completed"] == batch["total"] else EXIT_NOT_ALL_COMPLETED
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"limit": args.limit}
+    params: dict[str, Any] = {"limit": args.limit, "after": args.after}
     if args.state:
         params["state"] = args.state
-    _print_json(_call(args, "GET", f"/v1/batches/{args.id}", params=params))
+    batch = _call(args, "GET", f"/v1/batches/{args.id}", params=params)
+    while args.all and batch["items_next_after"] is not None:
+        page = _call(args, "GET", f"/v1/batches/{args.id}", params={**params, "after": batch["items_next_after"]})
+        batch["items"] += page["items"]
+        batch["items_next_after"] = page["items_next_after"]
+    _print_json(batch)
     return 0
 
 
@@ -147,7 +168,8 @@ def _cutoff(text: str) -> datetime:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "GET", "/v1/batches", params={"limit": args.limit}))
+    params = {"limit": args.limit, **({"cursor": args.after} if args.after else {})}
+    _print_json(_call(args, "GET", "/v1/batches", params=params))
     return 0
 
 
@@ -162,7 +184,10 @@ def build_body(lines: list[bytes], shape: str, metadata: Any) -> bytes:
 
 def _read_lines(path: Path) -> list[bytes]:
     """Non-blank lines of a JSON Lines file, each checked to be JSON (the line number says which is not)."""
-    data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    try:
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    except OSError as exc:
+        raise UnreadableFile(message=f"cannot read {path}: {exc.strerror or exc}") from None
     lines = []
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
@@ -170,18 +195,20 @@ def _read_lines(path: Path) -> list[bytes]:
         try:
             json.loads(line)
         except ValueError as exc:
-            raise ApiError("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
+            raise UnreadableFile("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
         lines.append(line.strip())
     if not lines:
-        raise ApiError("invalid_jsonl", f"{path}: no requests")
+        raise UnreadableFile("invalid_jsonl", f"{path}: no requests")
     return lines
 
 
 def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:
-    """Poll the batch until it is finished, drawing a progress bar on OUT."""
+    """Poll the just-submitted batch until it is finished, drawing a progress bar (with rate and ETA) on OUT."""
+    started = time.monotonic()
     while True:
         batch = _call(args, "GET", f"/v1/batches/{batch_id}", params={"limit": 0})
-        out.write("\r" + progress_line(batch))
+        elapsed = time.monotonic() - started
+        out.write("\r" + progress_line(batch, rate=_done(batch) / elapsed if elapsed > 0 else None))
         out.flush()
         if batch["finished"]:
             out.write("\n")
@@ -189,13 +216,27 @@ def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: fl
         time.sleep(interval)
 
 
-def progress_line(batch: dict[str, Any], width: int = 30) -> str:
-    """`[#####.....]  50% 500/1000  completed 480  discarded 20  cancelled 0  running 16`."""
+def progress_line(batch: dict[str, Any], width: int = 30, rate: float | None = None) -> str:
+    """`[#####.....]  50% 500/1000  41.7/s  ETA 0:12  completed 480  discarded 20  cancelled 0  running 16`;
+    RATE is items made final per second since the submit (no rate or ETA until there is one)."""
     counts, total = batch["counts"], max(1, batch["total"])
-    done = sum(counts[s] for s in _FINAL)
+    done = _done(batch)
     filled = int(width * done / total)
+    speed = f"{rate:.1f}/s  ETA {_clock((batch['total'] - done) / rate)}" if rate else "-/s  ETA -"
     parts = "  ".join(f"{s} {counts[s]}" for s in (*_FINAL, "running"))
-    return f"[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% {done}/{batch['total']}  {parts}"
+    return (f"[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% {done}/{batch['total']}  {speed}"
+            f"  {parts}")
+
+
+def _done(batch: dict[str, Any]) -> int:
+    return sum(batch["counts"][s] for s in _FINAL)
+
+
+def _clock(seconds: float) -> str:
+    """`0:07`, `12:30`, `2:05:00`."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _print_counts(batch: dict[str, Any]) -> None:
@@ -223,18 +264,8 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
     if response.status_code >= 400:
         try:
             error = response.json()["error"]
-            code, message = error["code"], error["message"] + _details(error.get("details"))
+            code, message, details = str(error["code"]), str(error["message"]), error.get("details")
         except (ValueError, KeyError, TypeError):
-            code, message = "http_error", f"HTTP {response.status_code}"
-        raise ApiError(code, message)
+            code, message, details = "http_error", f"HTTP {response.status_code}", None
+        raise ApiError(code, message, details=details)
     return response
-
-
-def _details(details: Any) -> str:
-    """Item errors of a rejected batch, one per line (the first 20)."""
-    if not isinstance(details, list):
-        return ""
-    lines = [f"\n  requests[{d.get('idx')}].{d.get('field')}: {d.get('message')}" if d.get("idx") is not None
-             else f"\n  {d.get('field')}: {d.get('message')}" for d in details[:20] if isinstance(d, dict)]
-    more = f"\n  ... and {len(details) - 20} more" if len(details) > 20 else ""
-    return "".join(lines) + more

@@ -24,6 +24,7 @@ RETRYABLE_STATUSES = frozenset({401, 403, 408, 429})
 
 class AllKeysFailed(UpstreamFailed):
     code = "all_keys_failed"
+    upstream_status: int | None = None  # the last key's upstream answer (None: it never answered)
 
 
 class NoKeyAvailable(RelayError):
@@ -43,7 +44,7 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
     if not candidates:
         raise NoKeyAvailable("no_key_available", f"policy {policy.name!r} has no usable key for host "
                              f"{plan.route.binding.host.name!r} (none in its pool, or every breaker is open)")
-    last = "no key was tried"
+    last, last_status = "no key was tried", None
     for candidate in candidates:
         if candidate.probe and not _claim_probe(runtime, plan, candidate):
             continue
@@ -54,9 +55,13 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
             return _answer(call, plan, recorder, response)
         recorder.key_failed(candidate.key)
         last = f"upstream status {response.status_code}" if response is not None else "connection failed or timed out"
+        last_status = response.status_code if response is not None else None
         if response is not None:
             response.close()
-    raise AllKeysFailed("all_keys_failed", f"every key of host {plan.route.binding.host.name!r} failed; last: {last}")
+    host = plan.route.binding.host.name
+    failed = AllKeysFailed("all_keys_failed", f"every key of host {host!r} failed; last: {last}")
+    failed.upstream_status = last_status
+    raise failed
 
 
 def _claim_probe(runtime: Runtime, plan: Plan, candidate: keypool.Candidate) -> bool:

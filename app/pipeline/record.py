@@ -48,7 +48,8 @@ class Recorder:
     def record_rejection(self, exc: RelayError) -> None:
         """A call rejected after authentication still gets its usage event, with the error code."""
         if not self.recorded:
-            self.record(status=exc.status, error_code=exc.code, usage=Usage())
+            self.record(status=exc.status, error_code=exc.code, usage=Usage(),
+                        upstream_status=getattr(exc, "upstream_status", None))
 
     def finish_whole(self, plan: Plan, status: int, body: bytes, content_type: str) -> InferenceResult:
         """Record a whole (non-streamed) upstream answer and build the result."""
@@ -65,11 +66,12 @@ class Recorder:
                                headers=self.reservation.headers() if self.reservation else {})
 
     def record(self, *, status: int, error_code: str | None, usage: Usage, upstream_status: int | None = None,
-               streamed: bool = False, payload: tuple[Any, bytes] | None = None) -> None:
+               streamed: bool = False, payload: tuple[Any, bytes] | None = None, counted: bool = True) -> None:
         """Gather the usage event and its side writes into one record: written now (live calls), or left on the
-        call for the batch item's final commit (record_later)."""
+        call for the batch item's final commit (record_later). COUNTED is false when USAGE is not the call's whole
+        usage (a stream that ended before its usage came): the cost is then null, not a guess."""
         self.recorded = True
-        event = self._event(status, error_code, usage, upstream_status, streamed)
+        event = self._event(status, error_code, usage, upstream_status, streamed, counted)
         extra = self._statements(usage, payload)
         try:
             if self.call.record_later:
@@ -97,14 +99,14 @@ class Recorder:
         return statements
 
     def _event(self, status: int, error_code: str | None, usage: Usage, upstream_status: int | None,
-               streamed: bool) -> UsageEvent:
+               streamed: bool, counted: bool) -> UsageEvent:
         call, route = self.call, self.route
         binding = route.binding if route else None
         extra: dict[str, Any] = {}
         if binding is not None:
             extra = {"model_resolved": binding.upstream_model, "host_id": binding.host.id,
                      "host_name": binding.host.name, "binding_id": binding.id, "adapter": binding.adapter,
-                     "cost_nanos": cost_nanos(binding.pricing, usage) if status < 300 else None}
+                     "cost_nanos": cost_nanos(binding.pricing, usage) if status < 300 and counted else None}
         model = call.body.get("model")
         return UsageEvent.for_caller(
             call.caller, request_id=call.request_id, source=call.source, status=status, policy_id=call.policy_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from adapters.base import StreamUsageReader
 from app.pipeline.plan import Plan
 from app.pipeline.types import InferenceCall, InferenceResult
 from app.pipeline.upstream import UpstreamIOError, UpstreamResponse
@@ -44,11 +45,25 @@ def _relay(call: InferenceCall, plan: Plan, recorder: Recorder, response: Upstre
         error_code = "upstream_stream_broken"
     except GeneratorExit:
         error_code = "client_disconnected"
+        _read_to_the_end(response, reader)
         raise
     finally:
         response.close()
         recorder.record(status=response.status_code, error_code=error_code, usage=reader.usage(),
-                        upstream_status=response.status_code, streamed=True, payload=(call.body, bytes(captured)))
+                        upstream_status=response.status_code, streamed=True, payload=(call.body, bytes(captured)),
+                        counted=reader.completed())
+
+
+def _read_to_the_end(response: UpstreamResponse, reader: StreamUsageReader) -> None:
+    """The client left: keep reading the upstream (which bills the whole answer) until its usage is known, so
+    the event and the token budget get the real counts. A broken upstream leaves them unknown."""
+    try:
+        for chunk in response.iter_content():
+            reader.feed(chunk)
+            if reader.completed():
+                return
+    except UpstreamIOError:
+        return
 
 
 def _canonical_translator(plan: Plan):  # type: ignore[no-untyped-def]

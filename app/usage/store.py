@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import Connection
+from psycopg_pool import ConnectionPool
 
 from app.usage.queries import SUMMARY_COUNTERS, Cursor, UsageFilter, Visibility
 
@@ -79,15 +80,20 @@ def list_events(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, lim
     return list(conn.execute(query, [*params, limit]).fetchall())
 
 
-def iter_events(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *,
+def iter_events(pool: ConnectionPool, flt: UsageFilter, vis: Visibility, *,
                 chunk_rows: int = 500) -> Iterator[dict[str, Any]]:
-    """Every matching event newest first, through a server-side cursor (memory stays flat); needs a transaction."""
-    where, params = event_where(flt, vis)
-    query = f"SELECT {_EVENT_COLUMNS} FROM usage_events e WHERE {where} ORDER BY e.created_at DESC, e.id DESC"
-    with conn.cursor(name="usage_export") as cur:
-        cur.itersize = chunk_rows
-        cur.execute(query, params)
-        yield from cur
+    """Every matching event newest first, one keyset page of CHUNK_ROWS at a time, each read on a connection
+    taken from POOL and handed back before its rows are yielded: a reader that stops reading holds no database
+    connection (nor a transaction) between pages. Events recorded after the export began are newer than its
+    first page, so they are never part of it."""
+    after: Cursor | None = None
+    while True:
+        with pool.connection() as conn:
+            rows = list_events(conn, flt, vis, limit=chunk_rows, after=after)
+        yield from rows
+        if len(rows) < chunk_rows:
+            return
+        after = Cursor(rows[-1]["created_at"], rows[-1]["id"])
 
 
 def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group_by: list[str],

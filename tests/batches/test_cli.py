@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ def test_submit_waits_with_a_progress_bar_then_status_results_list_and_delete(re
     batch_id = done.stdout.decode().splitlines()[0]
     assert "completed=5" in done.stdout.decode()
     assert "100% 5/5" in done.stderr.decode() and "[" in done.stderr.decode()
+    assert re.search(r"\d+\.\d/s  ETA \d+:\d\d", done.stderr.decode()), done.stderr.decode()  # rate and ETA
     status = json.loads(relay(relay_api, key, "status", batch_id).stdout)
     assert status["counts"]["completed"] == 5 and status["finished"] is True
     lines = relay(relay_api, key, "results", batch_id).stdout.decode().splitlines()
@@ -65,3 +67,51 @@ def test_cancel_and_errors_are_reported(relay_api, workers, make_key, upstream, 
     missing = relay(relay_api, key, "status", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode == 1 and b"batch_not_found" in missing.stderr
     upstream.forget("sk-batch-slow")
+
+
+def test_submit_wait_exits_3_when_items_were_discarded(relay_api, workers, key, tmp_path: Path) -> None:
+    jsonl = tmp_path / "mixed.jsonl"
+    jsonl.write_text(json.dumps(CHAT) + "\n" + json.dumps({**CHAT, "model": "no-such-model"}) + "\n")
+    done = relay(relay_api, key, "submit", str(jsonl), "--shape", "openai", "--wait")
+    assert done.returncode == 3, done.stderr.decode()
+    assert "completed=1 discarded=1 cancelled=0" in done.stdout.decode()
+
+
+def test_a_missing_or_unreadable_file_is_one_line_not_a_traceback(relay_api, key, tmp_path: Path) -> None:
+    for path in (tmp_path / "missing.jsonl", tmp_path):
+        done = relay(relay_api, key, "submit", str(path), "--shape", "openai")
+        err = done.stderr.decode()
+        assert done.returncode == 1 and err.startswith(f"relay: unreadable_file: cannot read {path}: "), err
+        assert "Traceback" not in err
+
+
+def test_list_pages_with_after_and_status_pages_items(relay_api, make_key) -> None:
+    key = make_key()["key"]
+    ids = [relay(relay_api, key, "submit", "-", "--shape", "openai",
+                 stdin=b"\n".join([json.dumps(CHAT).encode()] * 5)).stdout.decode().strip() for _ in range(3)]
+    first = json.loads(relay(relay_api, key, "list", "--limit", "2").stdout)
+    assert [b["id"] for b in first["data"]] == ids[::-1][:2] and first["next_cursor"]
+    second = json.loads(relay(relay_api, key, "list", "--limit", "2", "--after", first["next_cursor"]).stdout)
+    assert [b["id"] for b in second["data"]] == ids[:1] and second["next_cursor"] is None
+    page = json.loads(relay(relay_api, key, "status", ids[0], "--limit", "2", "--after", "1").stdout)
+    assert [i["idx"] for i in page["items"]] == [2, 3] and page["items_next_after"] == 3
+    every = json.loads(relay(relay_api, key, "status", ids[0], "--limit", "2", "--all").stdout)
+    assert [i["idx"] for i in every["items"]] == [0, 1, 2, 3, 4] and every["items_next_after"] is None
+
+
+def test_the_apis_field_messages_are_printed(relay_api, key) -> None:
+    done = relay(relay_api, key, "list", "--limit", "500")
+    err = done.stderr.decode()
+    assert done.returncode == 1 and err.startswith("relay: invalid_request: request failed validation"), err
+    assert any(line.startswith("  query.limit: ") for line in err.splitlines()), err
+
+
+def test_the_progress_line_shows_rate_and_eta() -> None:
+    from app.commands.batches import progress_line
+
+    batch = {"total": 1000, "counts": {"queued": 400, "running": 100, "completed": 480, "discarded": 20,
+                                       "cancelled": 0}}
+    line = progress_line(batch, width=10, rate=20.0)
+    assert line == ("[#####.....]  50% 500/1000  20.0/s  ETA 0:25  completed 480  discarded 20  cancelled 0"
+                    "  running 100")
+    assert "-/s  ETA -" in progress_line(batch, rate=None) and "ETA 1:23:20" in progress_line(batch, rate=0.1)

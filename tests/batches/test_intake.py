@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
 from app.batches.intake import parse_batch
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -55,3 +55,68 @@ def test_every_bad_item_is_reported_but_only_up_to_the_cap() -> None:
     assert len(caught.value.details) == 1000
     assert caught.value.message == ("invalid batch: requests[0].messages: is required"
                                     " (and more: the first 1000 are listed)")
+
+
+def _chat_line(text: str) -> bytes:
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}, ensure_ascii=False).encode()
+
+
+def _body(*items: bytes) -> bytes:
+    return b'{"shape": "openai", "requests": [' + b", ".join(items) + b"]}"
+
+
+@pytest.mark.parametrize("where", [0, 3, 9])
+def test_an_item_longer_than_the_item_limit_is_a_413_naming_it(where: int) -> None:
+    items = [_chat_line(f"item {i}") for i in range(10)]
+    items[where] = _chat_line("x" * 1000)
+    with pytest.raises(BatchItemTooLarge) as caught:
+        parse_batch(_body(*items), max_items=100, max_item_bytes=500)
+    assert caught.value.status == 413 and caught.value.message.startswith(f"requests[{where}] holds more than 500")
+
+
+def test_items_within_the_limit_parse_alike_in_a_body_many_times_the_limit() -> None:
+    items = [_chat_line(f"item {i} " + "y" * (i % 37) + "é" * (i % 3)) for i in range(400)]
+    parsed = parse_batch(_body(*items), max_items=1000, max_item_bytes=120)
+    assert list(parsed.item_bodies()) == items
+    assert parse_batch(_body(*items), max_items=1000).count == 400
+
+
+def test_the_item_limit_counts_bytes_not_characters() -> None:
+    small, wide = _chat_line("a"), _chat_line("€" * 60)  # 60 characters, 180 bytes of text
+    with pytest.raises(BatchItemTooLarge):
+        parse_batch(_body(small, wide, small), max_items=10, max_item_bytes=150)
+    assert parse_batch(_body(small, wide, small), max_items=10, max_item_bytes=300).count == 3
+
+
+def test_a_malformed_item_in_a_large_body_is_invalid_json_at_its_place() -> None:
+    items = [_chat_line(f"item {i}") for i in range(50)]
+    items[30] = b'{"model": "m", "messages": [}'
+    with pytest.raises(InvalidJson) as caught:
+        parse_batch(_body(*items), max_items=100, max_item_bytes=100)
+    assert "line 1 column" in caught.value.message
+
+
+@pytest.mark.parametrize("raw", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"1" * 4301])
+def test_non_finite_numbers_and_4301_digit_integers_are_invalid_json_anywhere(raw: bytes) -> None:
+    item = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": %s}' % raw
+    padding = [_chat_line("x")] * 200  # a body larger than the item limit: items are decoded in windows
+    for body in (_body(item), _body(*padding, item, *padding),
+                 b'{"shape": "openai", "metadata": {"n": %s}, "requests": [%s]}' % (raw, _chat_line("x"))):
+        for limit in (None, 5000):
+            with pytest.raises(InvalidJson):
+                parse_batch(body, max_items=1000, max_item_bytes=limit)
+
+
+def test_an_item_at_the_end_of_a_window_is_never_taken_for_a_shorter_one() -> None:
+    head, first, limit = b'{"shape": "openai", "requests": [', _chat_line("first") + b", ", 200
+    window_end = len(head) + limit + 1  # the first window: LIMIT + 1 characters from the first item
+    tail = b", ".join([_chat_line(f"item {i}") for i in range(10)]) + b"]}"
+    for item in (b"1234567890123456789", b'"a string item"', b"[1, 2, 3]"):
+        for k in range(1, len(item)):  # the window ends K characters into the item
+            body = head + first + b" " * (window_end - k - len(head + first)) + item + b", " + tail
+            with pytest.raises(InvalidBatch) as caught:
+                parse_batch(body, max_items=100, max_item_bytes=limit)
+            assert caught.value.details[0] == {"idx": 1, "field": "", "message": NOT_AN_OBJECT}
+
+
+NOT_AN_OBJECT = "must be a JSON object (a request body)"

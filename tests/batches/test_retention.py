@@ -13,8 +13,8 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from app.batches.retention import purge_batches
 from app.batches import store
+from app.batches.retention import purge_batches
 from app.batches.service import payload_store
 from tests.batches.helpers import CHAT, get, run_in_process, submit, usage_events
 from tests.processes import ROOT

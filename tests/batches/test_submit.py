@@ -187,7 +187,43 @@ def test_items_are_paginated_and_filtered_by_state(client, key) -> None:
     page = get(client, key, f"/v1/batches/{batch['id']}", limit=2, after=3).json
     assert [i["idx"] for i in page["items"]] == [4] and page["items_next_after"] is None
     assert get(client, key, f"/v1/batches/{batch['id']}", state="discarded").json["items"] == []
-    assert get(client, key, f"/v1/batches/{batch['id']}", state="bogus").status_code in (400, 422)
+    assert get(client, key, f"/v1/batches/{batch['id']}", state="bogus").status_code == 400
+
+
+def test_the_last_page_of_items_has_no_next_after_even_when_it_is_full(client, key) -> None:
+    batch = submit(client, key, [CHAT] * 4).json
+    page = get(client, key, f"/v1/batches/{batch['id']}", limit=2, after=1).json
+    assert [i["idx"] for i in page["items"]] == [2, 3] and page["items_next_after"] is None
+    page = get(client, key, f"/v1/batches/{batch['id']}", limit=4).json
+    assert len(page["items"]) == 4 and page["items_next_after"] is None
+    page = get(client, key, f"/v1/batches/{batch['id']}", limit=3).json
+    assert page["items_next_after"] == 2
+
+
+def test_an_item_larger_than_the_live_request_limit_is_a_413_and_nothing_is_stored(client, key, runtime,
+                                                                                  monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "settings", _replace(runtime.settings, max_request_bytes=2000))
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 2000}]}
+    with runtime.pool.connection() as conn:
+        before = conn.execute("SELECT count(*) AS n FROM batches").fetchone()["n"]
+    res = submit(client, key, [CHAT] * 50 + [big] + [CHAT] * 50)
+    assert res.status_code == 413 and res.json["error"]["code"] == "item_too_large"
+    assert res.json["error"]["message"].startswith("requests[50] holds more than 2000 bytes")
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM batches").fetchone()["n"] == before
+    assert submit(client, key, [CHAT] * 100).status_code == 202  # a body past the limit, of items within it
+
+
+def test_cancelling_a_finished_batch_is_a_409_and_changes_nothing(client, key, runtime) -> None:
+    batch = submit(client, key, [CHAT] * 2).json
+    with runtime.pool.connection() as conn:  # as if the workers had run every item
+        conn.execute("UPDATE batch_items SET state = 'completed', finished_at = now() WHERE batch_id = %s",
+                     (batch["id"],))
+    res = client.post(f"/v1/batches/{batch['id']}/cancel", headers={"Authorization": f"Bearer {key}"})
+    assert res.status_code == 409 and res.json["error"]["code"] == "batch_finished"
+    after = get(client, key, f"/v1/batches/{batch['id']}").json
+    assert after["status"] == "queued" and after["cancelled_at"] is None and after["finished"] is True
+    assert after["counts"]["completed"] == 2 and after["counts"]["cancelled"] == 0
 
 
 def test_cancel_marks_queued_items_cancelled_once_with_one_usage_event_each(client, key, runtime) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from app.auth import authenticate
 from app.catalog.cache import get_catalog
 from app.errors import RelayError
+from tests.processes import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +56,9 @@ def test_keys_rotate_disable_enable_revoke(relay, runtime) -> None:
 def test_cli_errors_are_one_clear_line(relay) -> None:
     code, _, err = relay("keys", "create", "--user", "nobody", "--policy", "default")
     assert code == 1 and err.startswith("relay: invalid_request")
+    assert "  principal: no user named 'nobody'" in err.splitlines()  # the API's field message, not just the code
+    code, _, err = relay("keys", "create", "--user", "t-alice", "--policy", "no-such-policy")
+    assert code == 1 and "  policy: no policy named 'no-such-policy'" in err.splitlines()
     code, _, err = relay("keys", "revoke", "00000000-0000-4000-8000-000000000000")
     assert code == 1 and "relay_key_not_found" in err
     with pytest.raises(SystemExit):
@@ -72,3 +78,14 @@ def test_tokens_mint_list_revoke(relay, runtime) -> None:
     with pytest.raises(RelayError) as caught:
         authenticate(runtime, minted["token"])
     assert caught.value.code == "token_revoked"
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(relay, settings_env) -> None:
+    relay("keys", "create", "--user", "t-alice", "--policy", "default")  # something to list
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "keys", "list"], cwd=ROOT, env=settings_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `relay keys list | head` once head has what it wants: every write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

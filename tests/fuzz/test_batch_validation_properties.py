@@ -10,9 +10,18 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
 from app.batches.intake import parse_batch
-from app.batches.validation import SHAPES, ItemError, item_errors, text_problem, validate_envelope
+from app.batches.validation import (
+    MAX_METADATA_BYTES,
+    MAX_METADATA_DEPTH,
+    SHAPES,
+    ItemError,
+    item_errors,
+    json_depth,
+    text_problem,
+    validate_envelope,
+)
 from app.errors import RelayError
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
@@ -21,7 +30,7 @@ SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=
 # Any text, control characters and lone surrogates included (JSON can carry them as escapes).
 ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=30)
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | ANY_TEXT,
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | ANY_TEXT,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(ANY_TEXT, children, max_size=4),
     max_leaves=20)
 
@@ -108,8 +117,8 @@ def _nested_body(spec: tuple[int, str]) -> bytes:
        | st.tuples(st.integers(1, 3000), st.sampled_from(["[", '{"a":'])).map(_nested_body))
 def test_any_body_is_parsed_or_refused_with_a_4xx_relay_error(raw: bytes) -> None:
     try:
-        parse_batch(raw, max_items=5)
-    except (InvalidJson, InvalidBatch, BatchTooLarge) as exc:
+        parse_batch(raw, max_items=5, max_item_bytes=200)
+    except (InvalidJson, InvalidBatch, BatchTooLarge, BatchItemTooLarge) as exc:
         assert isinstance(exc, RelayError) and 400 <= exc.status < 500 and exc.code
 
 
@@ -134,3 +143,46 @@ def _contains_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(_contains_nul(v) for v in value)
     return False
+
+
+NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+
+
+@SETTINGS
+@given(shape=st.sampled_from(SHAPES), data=st.data(), in_metadata=st.booleans(), number=NON_FINITE)
+def test_a_nan_or_infinity_anywhere_in_a_batch_refuses_it_as_invalid_json(shape: str, data: st.DataObject,
+                                                                          in_metadata: bool, number: float) -> None:
+    items = data.draw(st.lists(VALID_ITEMS[shape], min_size=1, max_size=4))
+    body: dict[str, Any] = {"shape": shape, "requests": items}
+    holder = data.draw(st.recursive(st.just(number), lambda inner: st.lists(inner, min_size=1, max_size=2)
+                                    | st.dictionaries(PLAIN_TEXT, inner, min_size=1, max_size=2), max_leaves=4))
+    if in_metadata:
+        body["metadata"] = {"n": holder}
+    else:
+        items[data.draw(st.integers(0, len(items) - 1))]["extra"] = holder
+    try:
+        parse_batch(json.dumps(body).encode(), max_items=100, max_item_bytes=data.draw(st.sampled_from([None, 400])))
+    except InvalidJson as exc:
+        assert "is not a JSON number" in exc.message or "out of range" in exc.message
+    except BatchItemTooLarge:
+        assert not in_metadata
+    else:
+        raise AssertionError("a non-finite number was accepted")
+
+
+@SETTINGS
+@given(depth=st.integers(0, 40), width=st.integers(0, 3000), opener=st.sampled_from(["[", '{"a":']))
+def test_metadata_is_accepted_exactly_when_it_is_at_most_16_deep_and_16_kib(depth: int, width: int,
+                                                                            opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    nested = opener * depth + json.dumps("x" * (width * 8)) + closer * depth
+    raw = ('{"shape":"openai","metadata":{"m":%s},"requests":[{"model":"m","messages":[{"role":"user",'  # noqa: UP031
+           '"content":"x"}]}]}' % nested).encode()
+    metadata = json.loads(raw)["metadata"]
+    fits = json_depth(metadata) <= MAX_METADATA_DEPTH and len(json.dumps(metadata)) <= MAX_METADATA_BYTES
+    try:
+        parsed = parse_batch(raw, max_items=5)
+    except InvalidBatch as exc:
+        assert not fits and exc.details[0]["field"] == "metadata"
+    else:
+        assert fits and parsed.metadata == metadata

@@ -1,7 +1,7 @@
 """Schema-driven fuzzing (schemathesis) of every operation in the served OpenAPI document, with valid
 credentials, in both generation modes (data that fits the schema, and data that does not): no input gets a
-server error, and every rejection is a 4xx JSON error with a stable code (in the caller's shape on inference
-routes)."""
+server error, every rejection is a 4xx JSON error with a stable code (in the caller's shape on inference
+routes), and every answer is one the document describes (its status, content type and body schema)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,14 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.fuzz.conftest import error_code, restore_catalog
 from tests.reliability.stack import Stack
@@ -20,6 +28,9 @@ from tests.reliability.stack import Stack
 pytestmark = pytest.mark.integration
 
 MAX_EXAMPLES = 20
+# The answer must be one the document describes: documented status, content type, headers and body.
+CONFORMANCE = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+               response_schema_conformance]
 GROUPS = ("admin", "inference", "batches", "usage", "other")
 
 
@@ -66,10 +77,20 @@ def _problem(case: Any, response: Any) -> str | None:
     return None
 
 
-# Negative cases need something to negate: the inference routes document no body (their bodies are fuzzed in
-# test_bad_bodies.py) and the probes take no parameters.
+def _undocumented(case: Any, response: Any) -> list[str]:
+    """What in RESPONSE the document does not describe (schemathesis' response conformance checks)."""
+    try:
+        case.validate_response(response, checks=CONFORMANCE)
+    except FailureGroup as group:
+        return [f"{case.method} {case.formatted_path}: {response.status_code}: {failure.title}: "
+                f"{(failure.message or '')[:300]}" for failure in group.exceptions]
+    return []
+
+
+# Negative cases need something to negate: the probes take no parameters (the inference routes' bodies are
+# documented as any JSON object; their shapes are fuzzed in test_bad_input.py and test_hostile_values.py).
 RUNS = [(group, GenerationMode.POSITIVE) for group in GROUPS] + [
-    (group, GenerationMode.NEGATIVE) for group in ("admin", "batches", "usage")]
+    (group, GenerationMode.NEGATIVE) for group in ("admin", "inference", "batches", "usage")]
 
 
 @pytest.mark.parametrize(("group", "mode"), RUNS, ids=[f"{g}-{m}" for g, m in RUNS])
@@ -94,6 +115,7 @@ def test_no_generated_request_gets_a_server_error_and_every_rejection_has_a_code
                 problem = _problem(case, response)
                 if problem is not None:
                     problems.append(problem)
+                problems.extend(_undocumented(case, response))
             finally:
                 if case.path == "/admin/catalog" and case.method == "PUT" and response.status_code == 200:
                     restore_catalog(fuzz_stack)

@@ -24,7 +24,9 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 
 def scrape(client: Any) -> Samples:
-    res = client.get("/metrics")
+    """The API's metrics, read with the admin token (which may always read them)."""
+    token = client.application.extensions["relay"].settings.admin_token
+    res = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert res.status_code == 200, res.get_data(as_text=True)
     assert res.mimetype == "text/plain"
     return parse(res.get_data(as_text=True))

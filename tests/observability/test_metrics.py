@@ -172,3 +172,18 @@ def _render(runtime: Runtime) -> str:
     from prometheus_client import generate_latest
 
     return generate_latest(scrape_registry(runtime)).decode()
+
+
+def test_metrics_are_served_only_for_the_metrics_token_or_the_admin_token(client, runtime, monkeypatch) -> None:
+    metrics_token = "metrics-" + uuid.uuid4().hex
+    monkeypatch.setattr(runtime, "settings", dataclasses.replace(runtime.settings, metrics_token=metrics_token))
+    for headers, code in (({}, "missing_credential"), ({"Authorization": "Bearer rk_not-a-metrics-token"},
+                                                         "invalid_credential"),
+                          ({"Authorization": f"Bearer {metrics_token}x"}, "invalid_credential"),
+                          ({"x-api-key": runtime.settings.secret_key}, "invalid_credential")):
+        res = client.get("/metrics", headers=headers)
+        assert res.status_code == 401 and res.json["error"]["code"] == code, res.get_data(as_text=True)[:200]
+        assert res.headers["WWW-Authenticate"].startswith("Bearer") and b"relay_" not in res.get_data()
+    for token in (metrics_token, runtime.settings.admin_token):
+        res = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert res.status_code == 200 and b"relay_http_requests" in res.get_data()

@@ -51,7 +51,8 @@ def test_a_two_worker_api_reports_the_requests_of_both_workers(settings_env, tmp
         with ThreadPoolExecutor(8) as pool:
             codes = list(pool.map(lambda _: requests.get(api.url + "/healthz", timeout=10).status_code, range(40)))
         assert codes == [200] * 40
-        samples = parse(requests.get(api.url + "/metrics", timeout=10).text)
+        headers = {"Authorization": f"Bearer {settings_env['RELAY_ADMIN_TOKEN']}"}
+        samples = parse(requests.get(api.url + "/metrics", headers=headers, timeout=10).text)
         assert value(samples, "relay_http_requests_total", method="GET", route="/healthz", status="200") == 40
         assert ("relay_batch_items", frozenset({("state", "queued")})) in samples  # present, whatever its value
         assert ("relay_metrics_database_up", frozenset()) in samples

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
@@ -25,6 +27,45 @@ def test_usage_routes_are_documented_with_their_errors(client) -> None:
     assert "relayCredential" in spec["components"]["securitySchemes"]
 
 
-def test_the_interactive_docs_page_is_served(client) -> None:
+def test_the_interactive_docs_page_loads_every_asset_from_relay_itself(client) -> None:
     res = client.get("/docs")
     assert res.status_code == 200 and b"swagger" in res.data.lower()
+    page = res.get_data(as_text=True)
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert len(assets) == 3 and all(a.startswith("/docs/assets/") for a in assets), assets  # nothing off-host
+    for asset in assets:
+        got = client.get(asset)
+        assert got.status_code == 200 and len(got.get_data()) > 10_000, asset
+        assert got.mimetype == ("text/css" if asset.endswith(".css") else "text/javascript"), got.mimetype
+    assert client.get("/docs/assets/index.html").status_code == 404
+    assert client.get("/docs/assets/..%2F..%2Fswagger_ui_bundle%2F__init__.py").status_code == 404
+
+
+def _operations(spec: dict) -> list[tuple[str, str, dict]]:  # type: ignore[type-arg]
+    return [(method.upper(), path, op) for path, ops in spec["paths"].items() for method, op in ops.items()
+            if method in ("get", "put", "post", "delete", "patch")]
+
+
+def test_the_document_says_what_the_server_answers(client) -> None:
+    spec = client.get("/openapi.json").json
+    assert spec["components"]["schemas"]["BatchSubmit"]["additionalProperties"] is False
+    error = {"$ref": "#/components/schemas/RelayError"}
+    assert spec["components"]["responses"]["DEFAULT_ERROR"]["content"]["application/json"]["schema"] == error
+    for method, path, op in _operations(spec):
+        statuses = set(op["responses"])
+        assert "422" not in statuses, (method, path)  # argument errors are answered 400
+        if op.get("parameters") or "requestBody" in op:
+            assert "400" in statuses, (method, path)
+        if op.get("security"):
+            assert "401" in statuses, (method, path)
+        if "{" in path:
+            assert "404" in statuses, (method, path)
+        if "requestBody" in op:
+            assert "413" in statuses, (method, path)
+    batches = spec["paths"]["/v1/batches"]["post"]["responses"]
+    assert {"202", "400", "401", "413", "415", "507"} <= set(batches)
+    assert "409" in spec["paths"]["/v1/batches/{batch_id}/cancel"]["post"]["responses"]
+    chat = spec["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"200", "400", "401", "403", "404", "413", "415", "429", "502", "503"} <= set(chat)
+    assert chat["415"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ShapedError"}
+

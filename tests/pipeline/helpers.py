@@ -10,8 +10,9 @@ CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say he
 
 
 def chat(client: Any, key: str, body: dict[str, Any] | None = None, path: str = "/v1/chat/completions",
-         **headers: str) -> Any:
-    return client.post(path, json=body or CHAT, headers={"Authorization": f"Bearer {key}", **headers})
+         buffered: bool = True, **headers: str) -> Any:
+    return client.post(path, json=body or CHAT, headers={"Authorization": f"Bearer {key}", **headers},
+                       buffered=buffered)
 
 
 def usage_event(runtime: Runtime, request_id: str) -> dict[str, Any]:

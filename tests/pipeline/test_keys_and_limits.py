@@ -69,7 +69,17 @@ def test_every_key_failing_is_a_502_naming_the_last_status(client, make_key, ups
     assert res.status_code == 502
     assert res.json["error"]["code"] == "all_keys_failed"
     assert "503" in res.json["error"]["message"]
-    assert usage_event(runtime, res.headers["x-request-id"])["error_code"] == "all_keys_failed"
+    event = usage_event(runtime, res.headers["x-request-id"])
+    assert (event["error_code"], event["upstream_status"], event["status"]) == ("all_keys_failed", 503, 502)
+
+
+def test_all_keys_failing_without_an_answer_records_no_upstream_status(client, make_key, upstream, runtime) -> None:
+    for i in (1, 2, 3):
+        upstream.control(f"sk-oa-{i}", mode="reset")
+    res = chat(client, make_key("rr"))
+    assert res.status_code == 502 and "connection failed" in res.json["error"]["message"]
+    event = usage_event(runtime, res.headers["x-request-id"])
+    assert (event["error_code"], event["upstream_status"]) == ("all_keys_failed", None)
 
 
 def test_a_policy_without_keys_for_the_host_is_a_503(client, make_key, upstream) -> None:

@@ -1,0 +1,65 @@
+"""The OpenAPI document made to say what the server answers: Relay's error body as the `default` answer, 400
+(never 422: a failed argument check is answered 400 by the app's one HTTP error handler), and the statuses every
+route of a kind can give, added to each operation as its routes are registered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apispec import BasePlugin
+from flask_smorest import Api, Blueprint
+
+from schemas.admin import RelayErrorSchema
+
+# A status → the component flask-smorest registers for it (its body: ERROR_SCHEMA).
+_COMPONENTS = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 404: "NOT_FOUND", 413: "REQUEST_ENTITY_TOO_LARGE"}
+
+
+class RelayApi(Api):  # type: ignore[misc]
+    """flask-smorest's Api with Relay's error body (`{"error": {"code", "message", "details"?}}`) documented for
+    every error status and as every operation's `default` answer."""
+
+    ERROR_SCHEMA = RelayErrorSchema
+
+
+class ErrorAnswers(BasePlugin):
+    """Adds to each operation the error statuses its kind of route really gives, unless the route documents its
+    own: 400 for anything with arguments or a body, 401 behind a credential, 404 for an id in the path, 413 for a
+    body (every body has a size limit), and no 422."""
+
+    def operation_helper(self, path: str | None = None, operations: dict[str, Any] | None = None,
+                         **kwargs: Any) -> None:
+        for operation in (operations or {}).values():
+            responses = operation.setdefault("responses", {})
+            had_422 = responses.pop(422, None) is not None or responses.pop("422", None) is not None
+            for status in _statuses(path or "", operation, had_422):
+                if status not in responses and str(status) not in responses:
+                    responses[status] = _COMPONENTS[status]
+
+
+def _statuses(path: str, operation: dict[str, Any], had_422: bool) -> list[int]:
+    statuses = []
+    has_body = "requestBody" in operation
+    if had_422 or has_body or operation.get("parameters"):
+        statuses.append(400)
+    if operation.get("security"):
+        statuses.append(401)
+    if "{" in path:
+        statuses.append(404)
+    if has_body:
+        statuses.append(413)
+    return statuses
+
+
+def error_answers(bp: Blueprint, *statuses: int, schema: Any = RelayErrorSchema) -> Any:
+    """Document error STATUSES of a view, each answered with SCHEMA (Relay's error body by default)."""
+    def decorate(func: Any) -> Any:
+        for status in sorted(set(statuses)):
+            func = bp.alt_response(status, schema=schema, description="error")(func)
+        return func
+    return decorate
+
+
+def build_api(app: Any) -> RelayApi:
+    """The Api of APP, with the error answers plugin."""
+    return RelayApi(app, spec_kwargs={"extra_plugins": [ErrorAnswers()]})
