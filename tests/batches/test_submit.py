@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.batches.service import payload_store
-from tests.batches.helpers import CHAT, get, submit, usage_events
+from tests.batches.helpers import CHAT, get, run_in_process, submit, usage_events
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
@@ -214,11 +214,9 @@ def test_an_item_larger_than_the_live_request_limit_is_a_413_and_nothing_is_stor
     assert submit(client, key, [CHAT] * 100).status_code == 202  # a body past the limit, of items within it
 
 
-def test_cancelling_a_finished_batch_is_a_409_and_changes_nothing(client, key, runtime) -> None:
+def test_cancelling_a_finished_batch_is_a_409_and_changes_nothing(client, key, runtime, upstream) -> None:
     batch = submit(client, key, [CHAT] * 2).json
-    with runtime.pool.connection() as conn:  # as if the workers had run every item
-        conn.execute("UPDATE batch_items SET state = 'completed', finished_at = now() WHERE batch_id = %s",
-                     (batch["id"],))
+    assert run_in_process(runtime, batch["id"], 2) == ["completed", "completed"]  # as a worker would
     res = client.post(f"/v1/batches/{batch['id']}/cancel", headers={"Authorization": f"Bearer {key}"})
     assert res.status_code == 409 and res.json["error"]["code"] == "batch_finished"
     after = get(client, key, f"/v1/batches/{batch['id']}").json
