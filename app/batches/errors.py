@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from app.errors import BadRequest, NotFound, PayloadTooLarge
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 
 
 class BatchNotFound(NotFound):
     """No batch with that id that this caller may see (also for malformed ids: existence is not revealed)."""
 
     code = "batch_not_found"
+
+
+class BatchNotEnded(Conflict):
+    """The batch still has queued or running items (deleting it, or reading provider results, must wait)."""
+
+    code = "batch_not_ended"
 
 
 class InvalidBatch(BadRequest):

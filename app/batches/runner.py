@@ -65,6 +65,7 @@ class ClaimedItem:
     policy_id: UUID
     caller: Caller
     model: str | None
+    custom_id: str | None
     started: float  # time.time() of the claim
 
 
@@ -131,8 +132,8 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
                        "load_input_failed", 500)
     call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
                          source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
-                         batch_id=item.batch_id, batch_idx=item.idx, deadline=deadline, interrupter=interrupter,
-                         started_at=item.started, record_later=True)
+                         batch_id=item.batch_id, batch_idx=item.idx, custom_id=item.custom_id, deadline=deadline,
+                         interrupter=interrupter, started_at=item.started, record_later=True)
     try:
         result = run_inference(runtime, call)
     except Interrupted as exc:
@@ -221,7 +222,7 @@ def _finalize_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> N
                                    error_code=outcome.error_code, worker_id=ctx.worker_id)
         if done and not outcome.recorded:
             record_usage(conn, usage_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model,
-                                           outcome, started=item.started))
+                                           outcome, started=item.started, custom_id=item.custom_id))
 
 
 def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:
@@ -257,7 +258,8 @@ def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome
                                                   error_code=outcome.error_code, from_state=from_state,
                                                   worker_id=owner):
             return False
-        record_usage(conn, usage_event(caller_from_row(row), row["policy_id"], batch_id, idx, row["model"], outcome))
+        record_usage(conn, usage_event(caller_from_row(row), row["policy_id"], batch_id, idx, row["model"], outcome,
+                                       custom_id=row["custom_id"]))
     return True
 
 
@@ -271,11 +273,12 @@ def worker_lost_outcome() -> Outcome:
 
 
 def usage_event(caller: Caller, policy_id: UUID, batch_id: UUID, idx: int, model: str | None, outcome: Outcome,
-                started: float | None = None) -> UsageEvent:
+                started: float | None = None, custom_id: str | None = None) -> UsageEvent:
     """The usage event of an item that did not reach (or did not finish) the pipeline: no tokens."""
     return UsageEvent.for_caller(caller, request_id=f"{batch_id}:{idx}", source="batch", status=outcome.status,
                                  policy_id=policy_id, started=started, error_code=outcome.error_code,
-                                 model_requested=model, route="/v1/batches", batch_id=batch_id, batch_idx=idx)
+                                 model_requested=model, route="/v1/batches", batch_id=batch_id, batch_idx=idx,
+                                 custom_id=custom_id)
 
 
 def caller_from_row(row: dict[str, Any]) -> Caller:
@@ -288,4 +291,5 @@ def caller_from_row(row: dict[str, Any]) -> Caller:
 
 def _claimed(row: dict[str, Any], idx: int) -> ClaimedItem:
     return ClaimedItem(batch_id=row["id"], idx=idx, shape=row["shape"], policy_id=row["policy_id"],
-                       caller=caller_from_row(row), model=row["model"], started=row["started_at"].timestamp())
+                       caller=caller_from_row(row), model=row["model"], custom_id=row["custom_id"],
+                       started=row["started_at"].timestamp())

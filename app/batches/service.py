@@ -15,8 +15,9 @@ import psycopg
 
 from app.auth_model import Caller
 from app.batches import store
-from app.batches.errors import BatchBodyTooLarge, BatchNotFound
+from app.batches.errors import BatchBodyTooLarge, BatchNotEnded, BatchNotFound
 from app.batches.intake import ParsedBatch, parse_batch
+from app.batches.origin import BatchOrigin
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -41,8 +42,9 @@ def payload_store(runtime: Runtime) -> PayloadStore:
     return found  # type: ignore[no-any-return]
 
 
-def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]:
-    """Validate the whole body, write every item's request file, commit batch + items; the new batch object."""
+def submit_batch(runtime: Runtime, caller: Caller, raw: bytes, origin: BatchOrigin | None = None) -> dict[str, Any]:
+    """Validate the whole body, write every item's request file, commit batch + items; the new batch object.
+    ORIGIN: what a provider API's create adds (its columns, custom_ids, writes in the same transaction)."""
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
@@ -51,7 +53,7 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]
     payloads = payload_store(runtime)
     try:
         with runtime.pool.connection() as conn, conn.transaction():
-            row = _store_batch(conn, caller, batch_id, parsed, payloads)
+            row = _store_batch(conn, caller, batch_id, parsed, payloads, origin)
             store.notify(conn, store.SUBMIT_CHANNEL, str(batch_id))
     except BaseException as exc:
         payloads.remove_batch(batch_id)
@@ -62,7 +64,7 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]
 
 
 def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, parsed: ParsedBatch,
-                 payloads: PayloadStore) -> dict[str, Any]:
+                 payloads: PayloadStore, origin: BatchOrigin | None) -> dict[str, Any]:
     """Insert the batch and COPY its items on a helper thread while this one writes the request files; the
     caller commits only after both are done (the files durable first)."""
     batch = {
@@ -70,12 +72,14 @@ def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, 
         "owner": caller.owner, "relay_key_hash": caller.relay_key_hash, "policy_id": caller.policy_id,
         "project_id": caller.project_id, "team_id": caller.team_id, "principal_kind": caller.principal_kind,
         "principal_id": caller.principal_id, "credential_kind": caller.credential_kind,
-        "credential_id": caller.credential_id,
+        "credential_id": caller.credential_id, **(origin.columns if origin else {}),
     }
 
     def insert() -> dict[str, Any]:
         row = store.insert_batch(conn, batch)
-        store.copy_items(conn, batch_id, parsed.models)
+        store.copy_items(conn, batch_id, parsed.models, origin.custom_ids if origin else None)
+        if origin is not None and origin.also is not None:
+            origin.also(conn, batch_id)
         return row
 
     with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:
@@ -121,6 +125,15 @@ def cancel_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
         fresh = store.get_batch(conn, row["id"]) or row
         counts = store.item_counts(conn, row["id"])
     return batch_view(fresh, counts, items=[], next_after=-1)
+
+
+def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> None:
+    """Delete a batch whose items are all final, with its items and payload files (its usage events stay)."""
+    with runtime.pool.connection() as conn, conn.transaction():
+        row = _owned(conn, caller, batch_id)
+        if not store.delete_ended_batch(conn, row["id"]):
+            raise BatchNotEnded(message="the batch still has queued or running items: cancel it first")
+    payload_store(runtime).remove_batch(row["id"])
 
 
 def open_results(runtime: Runtime, caller: Caller, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:

@@ -38,13 +38,15 @@ def insert_batch(conn: Conn, batch: Row) -> Row:
     return row  # type: ignore[no-any-return]
 
 
-def copy_items(conn: Conn, batch_id: UUID, models: Sequence[str]) -> None:
-    """COPY one queued item per model name, idx 0..n-1."""
+def copy_items(conn: Conn, batch_id: UUID, models: Sequence[str], custom_ids: Sequence[str] | None = None) -> None:
+    """COPY one queued item per model name, idx 0..n-1 (with its custom_id, for provider API batches)."""
     prefix = f"{batch_id}\t"
-    with conn.cursor().copy("COPY batch_items (batch_id, idx, model) FROM STDIN") as copy:
+    columns = "batch_id, idx, model" + (", custom_id" if custom_ids is not None else "")
+    with conn.cursor().copy(f"COPY batch_items ({columns}) FROM STDIN") as copy:
         buf: list[str] = []
         for idx, model in enumerate(models):
-            buf.append(f"{prefix}{idx}\t{_copy_text(model)}\n")
+            extra = f"\t{_copy_text(custom_ids[idx])}" if custom_ids is not None else ""
+            buf.append(f"{prefix}{idx}\t{_copy_text(model)}{extra}\n")
             if len(buf) >= 5000:
                 copy.write("".join(buf))
                 buf.clear()
@@ -119,14 +121,14 @@ WITH cancelled AS (
     UPDATE batch_items SET state = 'cancelled', error = 'cancelled', error_code = 'batch_cancelled',
            finished_at = now()
     WHERE batch_id = %(batch_id)s AND state = 'queued'
-    RETURNING batch_id, idx, model
+    RETURNING batch_id, idx, model, custom_id
 )
 INSERT INTO usage_events (request_id, source, started_at, status, error_code, credential_kind, credential_id,
     relay_key_hash, principal_kind, principal_id, policy_id, project_id, team_id, model_requested,
-    batch_id, batch_idx)
+    batch_id, batch_idx, custom_id)
 SELECT c.batch_id::text || ':' || c.idx, 'batch', now(), 499, 'batch_cancelled', b.credential_kind,
        b.credential_id, b.relay_key_hash, b.principal_kind, b.principal_id, b.policy_id, b.project_id, b.team_id,
-       c.model, c.batch_id, c.idx
+       c.model, c.batch_id, c.idx, c.custom_id
 FROM cancelled c JOIN batches b ON b.id = c.batch_id
 ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING
 """
@@ -139,6 +141,13 @@ def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
         " now()) WHERE id = %s AND finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM batch_items i"
         " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running')) RETURNING finished_at", (batch_id,)).fetchone()
     return row["finished_at"] if row else None
+
+
+def delete_ended_batch(conn: Conn, batch_id: UUID) -> bool:
+    """Delete the batch (its items and output file records follow) if none of its items is queued or running."""
+    cur = conn.execute("DELETE FROM batches b WHERE id = %s AND NOT EXISTS (SELECT 1 FROM batch_items i"
+                       " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running'))", (batch_id,))
+    return cur.rowcount == 1
 
 
 def finish_batches(conn: Conn) -> int:
@@ -156,14 +165,14 @@ def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str) -> Row | No
         "UPDATE batch_items i SET state = 'running', worker_id = %s, started_at = now() FROM batches b"
         " WHERE i.batch_id = %s AND i.idx = %s AND i.state = 'queued' AND b.id = i.batch_id AND b.status = 'queued'"
         " RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,"
-        " b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.started_at",
+        " b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at",
         (worker_id, batch_id, idx)).fetchone()
 
 
 def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Row | None:
     """An item's state, owner, whether the owner's heartbeat is stale, and the batch (for the usage event)."""
     return conn.execute(  # type: ignore[no-any-return]
-        "SELECT i.state, i.worker_id, i.model, b.status AS batch_status, b.id, b.policy_id, b.project_id,"
+        "SELECT i.state, i.worker_id, i.model, i.custom_id, b.status AS batch_status, b.id, b.policy_id, b.project_id,"
         " b.team_id, b.principal_kind, b.principal_id, b.credential_kind, b.credential_id, b.relay_key_hash,"
         " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)) AS owner_lost"
         " FROM batch_items i JOIN batches b ON b.id = i.batch_id LEFT JOIN workers w ON w.id = i.worker_id"

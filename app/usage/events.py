@@ -51,6 +51,7 @@ class UsageEvent:
     streamed: bool = False
     batch_id: UUID | None = None
     batch_idx: int | None = None
+    custom_id: str | None = None  # the batch item's custom_id (OpenAI and Anthropic batch APIs)
 
     @classmethod
     def for_caller(cls, caller: Caller, *, request_id: str, source: str, status: int, policy_id: UUID | None,
