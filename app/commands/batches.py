@@ -68,7 +68,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"limit": args.limit}
+    params: dict[str, Any] = {"format": "relay", "limit": args.limit}
     if args.state:
         params["state"] = args.state
     _print_json(_call(args, "GET", f"/v1/batches/{args.id}", params=params))
@@ -90,12 +90,12 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "POST", f"/v1/batches/{args.id}/cancel"))
+    _print_json(_call(args, "POST", f"/v1/batches/{args.id}/cancel", params={"format": "relay"}))
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "GET", "/v1/batches", params={"limit": args.limit}))
+    _print_json(_call(args, "GET", "/v1/batches", params={"format": "relay", "limit": args.limit}))
     return 0
 
 
@@ -128,7 +128,7 @@ def _read_lines(path: Path) -> list[bytes]:
 def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:
     """Poll the batch until it is finished, drawing a progress bar on OUT."""
     while True:
-        batch = _call(args, "GET", f"/v1/batches/{batch_id}", params={"limit": 0})
+        batch = _call(args, "GET", f"/v1/batches/{batch_id}", params={"format": "relay", "limit": 0})
         out.write("\r" + progress_line(batch))
         out.flush()
         if batch["finished"]:
