@@ -13,7 +13,7 @@ from uuid import UUID
 
 import psycopg
 
-from app.batches import store
+from app.batches import provider_store, store
 from app.batches.runner import WorkerContext, finalize_by_key, time_limit_outcome, worker_lost_outcome
 
 log = logging.getLogger("relay.batches.monitor")
@@ -113,7 +113,8 @@ class Heartbeat:
 
 def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
     """Discard running items whose worker stopped heartbeating ("worker lost", only when JUDGE_OWNERS) or ran far
-    past the limit; record finished_at of batches whose items are all final."""
+    past the limit; expire the queued items of batches past their expires_at; record finished_at of batches whose
+    items are all final."""
     settings = ctx.runtime.settings
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         if not store.try_leader_lock(conn, REAPER_LOCK):
@@ -130,6 +131,7 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
             done += 1
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         if store.try_leader_lock(conn, REAPER_LOCK):
+            provider_store.expire_due_batches(conn)
             store.finish_batches(conn)
     return done
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -37,8 +38,12 @@ class Page:
 def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: dict[str, Any], body_field: str,
            also: Callable[[psycopg.Connection[Any], UUID], None] | None = None) -> UUID:
     """Submit BATCH through Relay's intake (the same validation, limits and storage as any batch); its id.
-    BODY_FIELD names the request body in the provider's input (`body`, `params`) in error details."""
+    BODY_FIELD names the request body in the provider's input (`body`, `params`) in error details. With
+    RELAY_PROVIDER_BATCH_EXPIRY_S set, the batch's queued requests expire that long after now."""
     raw = batch.finish()
+    expiry = runtime.settings.provider_batch_expiry_s
+    if expiry > 0:
+        columns = {**columns, "expires_at": datetime.now(UTC) + timedelta(seconds=expiry)}
     try:
         created = service.submit_batch(runtime, caller, raw, BatchOrigin(columns, batch.custom_ids, also))
     except InvalidBatch as exc:

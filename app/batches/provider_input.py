@@ -169,9 +169,7 @@ def _scan_requests(text: str, take: Callable[[int, Any], None]) -> None:
     pos = _expect(text, 0, "{")
     key, pos = _decode(text, pos)
     if key != "requests":
-        raise InvalidBatch(message="the body must be {\"requests\": [...]}",
-                           details=[{"index": None, "custom_id": None, "field": str(key)[:100],
-                                     "message": "is not a field of a message batch"}])
+        raise _not_a_field(key)
     pos = _expect(text, _expect(text, pos, ":"), "[")
     idx = 0
     while not text.startswith("]", pos):
@@ -183,9 +181,18 @@ def _scan_requests(text: str, take: Callable[[int, Any], None]) -> None:
             pos = _skip(text, pos + 1)
         elif not text.startswith("]", pos):
             raise InvalidJson(message=f"expected ',' or ']' at char {pos}")
-    pos = _expect(text, pos + 1, "}")
+    pos = _skip(text, pos + 1)
+    if text.startswith(",", pos):
+        raise _not_a_field(_decode(text, _skip(text, pos + 1))[0])
+    pos = _expect(text, pos, "}")
     if pos != len(text):
         raise InvalidJson(message=f"unexpected data after the body at char {pos}")
+
+
+def _not_a_field(key: Any) -> InvalidBatch:
+    return InvalidBatch(message='the body must be {"requests": [...]}',
+                        details=[{"index": None, "custom_id": None, "field": str(key)[:100],
+                                  "message": "is not a field of a message batch"}])
 
 
 def _expect(text: str, pos: int, char: str) -> int:

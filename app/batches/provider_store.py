@@ -12,11 +12,14 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.batches import store
+
 Row = dict[str, Any]
 Conn = Connection[Any]
 
 _COLUMNS = ("b.id, b.api, b.shape, b.status, b.metadata, b.total, b.endpoint, b.input_file_id, b.completion_window,"
-            " b.created_at, b.cancelled_at, b.finished_at")
+            " b.created_at, b.cancelled_at, b.finished_at, b.expires_at")
+EXPIRED = "expired: the batch's completion window closed before the request ran"
 
 
 def get_api_batch(conn: Conn, batch_id: UUID, owner: str) -> Row | None:
@@ -63,3 +66,11 @@ def item_outcomes(conn: Conn, batch_id: UUID, *, after: int,
         " LEFT JOIN usage_events e ON e.batch_id IS NOT NULL AND e.batch_id = i.batch_id AND e.batch_idx = i.idx"
         " WHERE i.batch_id = %s AND i.idx > %s ORDER BY i.idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()  # type: ignore[no-any-return]
+
+
+def expire_due_batches(conn: Conn, limit: int = 100) -> int:
+    """Queued items of batches past their expires_at → cancelled as `batch_expired` (running ones finish); the
+    number of items expired. Locks each batch row before its items, as cancel does."""
+    rows = conn.execute("SELECT id FROM batches WHERE expires_at <= now() AND finished_at IS NULL AND status = 'queued'"
+                        " ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED", (limit,)).fetchall()
+    return sum(store.cancel_queued_items(conn, row["id"], error=EXPIRED, error_code="batch_expired") for row in rows)

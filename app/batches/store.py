@@ -112,21 +112,26 @@ def cancel_batch(conn: Conn, batch_id: UUID) -> int:
     """Mark the batch cancelled (once) and its queued items cancelled with one usage event each; count them."""
     conn.execute("UPDATE batches SET status = 'cancelled', cancelled_at = coalesce(cancelled_at, now())"
                  " WHERE id = %s", (batch_id,))
-    cur = conn.execute(_CANCEL_QUEUED, {"batch_id": batch_id})
+    return cancel_queued_items(conn, batch_id)
+
+
+def cancel_queued_items(conn: Conn, batch_id: UUID, *, error: str = "cancelled",
+                        error_code: str = "batch_cancelled") -> int:
+    """The batch's queued items → cancelled (ERROR, ERROR_CODE) with one usage event each; count them."""
+    cur = conn.execute(_CANCEL_QUEUED, {"batch_id": batch_id, "error": error, "code": error_code})
     return cur.rowcount
 
 
 _CANCEL_QUEUED = """
 WITH cancelled AS (
-    UPDATE batch_items SET state = 'cancelled', error = 'cancelled', error_code = 'batch_cancelled',
-           finished_at = now()
+    UPDATE batch_items SET state = 'cancelled', error = %(error)s, error_code = %(code)s, finished_at = now()
     WHERE batch_id = %(batch_id)s AND state = 'queued'
     RETURNING batch_id, idx, model, custom_id
 )
 INSERT INTO usage_events (request_id, source, started_at, status, error_code, credential_kind, credential_id,
     relay_key_hash, principal_kind, principal_id, policy_id, project_id, team_id, model_requested,
     batch_id, batch_idx, custom_id)
-SELECT c.batch_id::text || ':' || c.idx, 'batch', now(), 499, 'batch_cancelled', b.credential_kind,
+SELECT c.batch_id::text || ':' || c.idx, 'batch', now(), 499, %(code)s, b.credential_kind,
        b.credential_id, b.relay_key_hash, b.principal_kind, b.principal_id, b.policy_id, b.project_id, b.team_id,
        c.model, c.batch_id, c.idx, c.custom_id
 FROM cancelled c JOIN batches b ON b.id = c.batch_id

@@ -5,8 +5,10 @@ ALTER TABLE batches
     ADD COLUMN api text NOT NULL DEFAULT 'relay' CHECK (api IN ('relay', 'openai', 'anthropic')),
     ADD COLUMN endpoint text,
     ADD COLUMN input_file_id uuid,
-    ADD COLUMN completion_window text;
+    ADD COLUMN completion_window text,
+    ADD COLUMN expires_at timestamptz;     -- only when RELAY_PROVIDER_BATCH_EXPIRY_S is set
 CREATE INDEX batches_owner_api ON batches (owner, api, created_at DESC, id DESC);
+CREATE INDEX batches_expiring ON batches (expires_at) WHERE expires_at IS NOT NULL AND finished_at IS NULL;
 
 -- The caller's id of each request (OpenAI's and Anthropic's `custom_id`); NULL for Relay's own batches.
 -- Not indexed, so the item updates stay HOT.

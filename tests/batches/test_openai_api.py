@@ -76,6 +76,9 @@ def test_an_uploaded_file_runs_and_every_custom_id_comes_back_in_the_output_or_e
     assert set(events) == {*(g["custom_id"] for g in good), "no-model"}
     assert all(events[line["custom_id"]]["status"] == 200 for line in output)
     assert events["no-model"]["error_code"] == "model_not_found"
+    listed = requests.get(f"{relay_api.url}/v1/usage/events", params={"batch_id": str(batch_uuid(done.id))},
+                          headers={"Authorization": f"Bearer {oai.api_key}"}, timeout=30).json()["events"]
+    assert sorted(e["custom_id"] for e in listed) == sorted(events)
     assert upstream.stats()["total"] == 4
 
 
