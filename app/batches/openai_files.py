@@ -4,8 +4,9 @@ OpenAI batches (generated from the batch's results when read). A caller sees onl
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+from uuid import UUID
 
 from app.auth_model import Caller
 from app.batches.openai_view import file_disk, result_lines
@@ -15,6 +16,7 @@ from app.batches.views import openai_file, parse_file_id
 from app.errors import ValidationFailed
 from app.files import store
 from app.files.disk import FileBytesMissing, StagedFile
+from app.files.store import Conn, Row
 from app.runtime import Runtime
 
 READ_CHUNK = 1 << 20
@@ -77,11 +79,7 @@ def list_files(runtime: Runtime, caller: Caller, *, after: str | None, limit: in
 
 def delete(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
     """Forget the file (an upload's bytes are removed; batches made from it are not affected)."""
-    file_id = parse_file_id(text_id)
-    with runtime.pool.connection() as conn:
-        row = store.delete_file(conn, file_id, caller.owner) if file_id else None
-    if row is None:
-        raise FileNotFound(message="file not found")
+    row = _row(runtime, caller, text_id, store.delete_file)
     if row["kind"] == "upload":
         file_disk(runtime).remove(row["id"])
     return {"id": text_id, "object": "file", "deleted": True}
@@ -105,10 +103,12 @@ def _chunks(handle: Any) -> Iterator[bytes]:
             yield chunk
 
 
-def _row(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
+def _row(runtime: Runtime, caller: Caller, text_id: str,
+         lookup: Callable[[Conn, UUID, str], Row | None] = store.get_file) -> Row:
+    """LOOKUP's row of the caller's file TEXT_ID (reading it by default); FileNotFound when there is none."""
     file_id = parse_file_id(text_id)
     with runtime.pool.connection() as conn:
-        row = store.get_file(conn, file_id, caller.owner) if file_id else None
+        row = lookup(conn, file_id, caller.owner) if file_id else None
     if row is None:
         raise FileNotFound(message="file not found")
     return row  # type: ignore[no-any-return]

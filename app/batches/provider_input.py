@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.intake import _decode, _skip  # the intake's JSON scanning steps (decode one value, skip spaces)
 from app.batches.validation import MAX_ERRORS, text_problem
 
 _ANTHROPIC_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 MAX_OPENAI_CUSTOM_ID = 512
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
 
 
 @dataclass
@@ -52,7 +51,9 @@ class ProviderBatch:
             raise InvalidBatch(message="the batch holds no requests",
                                details=[{self.key: None, "custom_id": None, "field": "", "message": "is empty"}])
         self.body += b"]}"
-        return bytes(self.body)
+        raw = bytes(self.body)
+        self.body = bytearray()  # one copy of the body in memory, not two, while the intake reads it
+        return raw
 
     def remap(self, exc: InvalidBatch, body_field: str) -> InvalidBatch:
         """The intake's errors (by item idx) told by position and custom_id, with BODY_FIELD before the field."""
@@ -202,15 +203,3 @@ def _expect(text: str, pos: int, char: str) -> int:
         raise InvalidJson(message=f"expected '{char}' at char {pos}")
     return _skip(text, pos + 1)
 
-
-def _decode(text: str, pos: int) -> tuple[Any, int]:
-    try:
-        return _DECODER.raw_decode(text, pos)
-    except json.JSONDecodeError as exc:
-        raise InvalidJson(message=f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
-            from exc
-
-
-def _skip(text: str, pos: int) -> int:
-    match = _WS.match(text, pos)
-    return match.end() if match else pos

@@ -3,31 +3,15 @@ workers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anthropic
 import pytest
 import requests
 
-from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import start_workers, wait_for
+from tests.batches.helpers import wait_for
 from tests.batches.provider_helpers import batch_rows, batch_uuid, message, usage_by_custom_id, wait_anthropic
 from tests.processes import RelayProcess
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=2, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_upstream(upstream, workers) -> None:  # type: ignore[no-untyped-def]
-    upstream.reset()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
 
 
 def client(relay_api: RelayProcess, secret: str, prefix: str = "", *, bearer: bool = False) -> anthropic.Anthropic:

@@ -10,12 +10,10 @@ import anthropic
 import openai
 import pytest
 
-from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import start_workers
 from tests.batches.provider_helpers import chat, jsonl, lines_of, message, wait_anthropic, wait_openai
 from tests.processes import RelayProcess, start_api
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
 
 EXPIRY_S = 2
 MAX_REQUESTS = 20
@@ -28,19 +26,6 @@ def limited_api(settings_env, catalog, tmp_path_factory) -> Iterator[RelayProces
     api = start_api({**settings_env, **LIMITS}, tmp_path_factory.mktemp("limited-api"))
     yield api
     api.stop()
-
-
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=2, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_upstream(upstream, workers) -> None:  # type: ignore[no-untyped-def]
-    upstream.reset()
 
 
 def test_an_openai_batch_past_its_expiry_expires_what_is_still_queued(limited_api, make_key, upstream) -> None:  # type: ignore[no-untyped-def]

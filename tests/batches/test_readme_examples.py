@@ -4,23 +4,12 @@ and real workers."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
-from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import start_workers
-from tests.processes import ROOT, RelayProcess
+from tests.processes import ROOT
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=1, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("workers")]
 
 
 def readme_example(heading: str) -> str:
