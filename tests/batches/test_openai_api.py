@@ -123,8 +123,8 @@ def test_every_bad_line_is_named_by_line_and_custom_id_and_nothing_is_stored(rel
     assert batch_rows(runtime) == before
 
 
-def test_cancel_mid_run_stops_the_batch_and_every_request_lands_in_the_error_file(relay_api, make_key,
-                                                                                   upstream) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_mid_run_stops_the_batch_and_every_request_lands_in_the_error_file(relay_api, make_key, upstream,
+                                                                                   runtime) -> None:  # type: ignore[no-untyped-def]
     oai = client(relay_api, make_key("slow")["key"])
     upstream.control("sk-batch-slow", latency_ms=60_000)
     lines = [{"custom_id": f"slow-{i}", **chat(f"slow {i}")} for i in range(20)]
@@ -140,6 +140,7 @@ def test_cancel_mid_run_stops_the_batch_and_every_request_lands_in_the_error_fil
     assert sorted(e["custom_id"] for e in errors) == sorted(line["custom_id"] for line in lines)
     assert {e["error"]["code"] for e in errors} == {"batch_cancelled"} and all(e["response"] is None for e in errors)
     assert upstream.stats()["total"] == 8
+    assert set(usage_by_custom_id(runtime, done.id)) == {line["custom_id"] for line in lines}  # queued and running
     assert oai.batches.cancel(created.id).status == "cancelled"  # cancelling an ended batch changes nothing
 
 

@@ -10,7 +10,15 @@ import anthropic
 import openai
 import pytest
 
-from tests.batches.provider_helpers import chat, jsonl, lines_of, message, wait_anthropic, wait_openai
+from tests.batches.provider_helpers import (
+    chat,
+    jsonl,
+    lines_of,
+    message,
+    usage_by_custom_id,
+    wait_anthropic,
+    wait_openai,
+)
 from tests.processes import RelayProcess, start_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
@@ -45,7 +53,8 @@ def test_an_openai_batch_past_its_expiry_expires_what_is_still_queued(limited_ap
     assert upstream.stats()["total"] == len(ran)
 
 
-def test_an_anthropic_batch_past_its_expiry_reports_expired_requests(limited_api, key, upstream) -> None:  # type: ignore[no-untyped-def]
+def test_an_anthropic_batch_past_its_expiry_reports_expired_requests(limited_api, key, upstream,
+                                                                     runtime) -> None:  # type: ignore[no-untyped-def]
     claude = anthropic.Anthropic(base_url=limited_api.url, api_key=key, max_retries=0)
     upstream.control("sk-batch-an", latency_ms=60_000)
     created = claude.messages.batches.create(requests=[{"custom_id": f"x{i}", "params": message(f"late {i}")}
@@ -55,7 +64,7 @@ def test_an_anthropic_batch_past_its_expiry_reports_expired_requests(limited_api
     kinds = [r.result.type for r in claude.messages.batches.results(done.id)]
     assert done.request_counts.expired == kinds.count("expired") >= 12  # at most 8 run at once
     assert done.request_counts.errored == kinds.count("errored") == upstream.stats()["total"]
-    assert len(kinds) == 20
+    assert len(kinds) == 20 and len(usage_by_custom_id(runtime, done.id)) == 20
 
 
 def test_an_upload_past_the_size_limit_is_a_413(limited_api, key) -> None:  # type: ignore[no-untyped-def]
