@@ -8,6 +8,7 @@ from typing import Any
 from flask import Response, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 
 from app.api.callers import request_caller
@@ -39,8 +40,8 @@ _FORM_OVERHEAD = 1 << 20  # multipart boundaries and the `purpose` field, beyond
 _OCTETS = "application/octet-stream"
 
 
-def _paths(suffix: str, prefixes: tuple[str, ...] = PREFIXES) -> list[str]:
-    return [prefix + suffix for prefix in prefixes]
+def _paths(suffix: str) -> list[str]:
+    return [prefix + suffix for prefix in PREFIXES]
 
 
 # -- files ------------------------------------------------------------------------------------------------------
@@ -76,12 +77,8 @@ def _receive_upload(disk: FileDisk, limit: int) -> tuple[StagedFile, str, str]:
         if chosen is None or upload is None:
             raise ValidationFailed("invalid_request", "send the file as the multipart field `file`")
         return chosen, upload.filename or "", form.get("purpose", "")
-    except FileTooLarge:
-        raise
-    except Exception as exc:
-        if getattr(exc, "code", None) == 413:
-            raise FileTooLarge(message=f"a file holds at most {limit} bytes") from exc
-        raise
+    except RequestEntityTooLarge as exc:
+        raise FileTooLarge(message=f"a file holds at most {limit} bytes") from exc
     finally:
         for other in staged:
             if other is not chosen:
