@@ -25,6 +25,9 @@ class Settings:
     batch_max_items: int = 100_000
     batch_max_bytes: int = 256 * 1024 * 1024
     max_request_bytes: int = 32 * 1024 * 1024
+    files_max_bytes: int = 200 * 1024 * 1024  # an OpenAI Files API upload (OpenAI's batch input limit)
+    openai_batch_max_requests: int = 50_000  # lines of an OpenAI batch input file (OpenAI's limit)
+    provider_batch_expiry_s: float = 0.0  # OpenAI/Anthropic API batches: queued requests expire after this; 0 = never
     upstream_connect_timeout_s: float = 10.0
     upstream_read_timeout_s: float = 300.0
     payload_log_max_bytes: int = 64 * 1024
@@ -70,10 +73,10 @@ class Settings:
             raise SettingsError("RELAY_ADMIN_TOKEN must be at least 16 characters")
         if self.queue_type not in QUEUE_TYPES:
             raise SettingsError(f"RELAY_QUEUE_TYPE must be {' or '.join(QUEUE_TYPES)}, got {self.queue_type!r}")
-
         if self.metrics_token and len(self.metrics_token) < 16:
             raise SettingsError("RELAY_METRICS_TOKEN must be at least 16 characters")
-        for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes"):
+        for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes", "files_max_bytes",
+                     "openai_batch_max_requests"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
         _file_mode(self.batch_payload_mode)

@@ -30,8 +30,23 @@ class BatchSubmitSchema(BatchEnvelopeSchema):
         "description": "request bodies of `shape`, without `stream`; each at most RELAY_MAX_REQUEST_BYTES"})
 
 
-class BatchItemsArgs(Schema):
-    """`GET /v1/batches/{id}`: which items to list."""
+VIEW_FORMATS = ("relay", "openai")
+_FORMAT_HELP = ("`relay`: Relay's own view of any batch; `openai`: OpenAI's (batches created through the OpenAI"
+                " API). Default: the format of the API that created the batch")
+
+
+class BatchFormatArgs(Schema):
+    """`POST /v1/batches/{id}/cancel`: the view to answer with."""
+
+    class Meta:
+        unknown = RAISE
+
+    format = fields.String(validate=validate.OneOf(VIEW_FORMATS), load_default=None,
+                           metadata={"description": _FORMAT_HELP})
+
+
+class BatchItemsArgs(BatchFormatArgs):
+    """`GET /v1/batches/{id}`: which items to list (Relay's view)."""
 
     class Meta:
         unknown = RAISE
@@ -43,13 +58,18 @@ class BatchItemsArgs(Schema):
 
 
 class BatchListArgs(Schema):
-    """`GET /v1/batches`: a page of the caller's batches, newest first."""
+    """`GET /v1/batches`: a page of the caller's batches, newest first: by default those created through the
+    OpenAI API in OpenAI's format; with `format=relay` every batch in Relay's own view."""
 
     class Meta:
         unknown = RAISE
 
+    format = fields.String(validate=validate.OneOf(VIEW_FORMATS), load_default="openai")
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_BATCHES_PAGE), load_default=20)
-    cursor = fields.String(load_default=None, metadata={"description": "`next_cursor` of the previous page"})
+    after = fields.String(load_default=None, validate=validate.Length(max=100),
+                          metadata={"description": "OpenAI view: the last id of the previous page"})
+    cursor = fields.String(load_default=None,
+                           metadata={"description": "Relay's view: `next_cursor` of the previous page"})
 
 
 class BatchResultsArgs(Schema):
@@ -111,7 +131,13 @@ class BatchSchema(BatchSummarySchema):
 
 
 class BatchListSchema(Schema):
+    """Relay's view of a page of batches, in the list envelope OpenAI's SDK pages through, plus `next_cursor`."""
+
+    object = fields.Constant("list")
     data = fields.List(fields.Nested(BatchSummarySchema))
+    first_id = fields.String(allow_none=True)
+    last_id = fields.String(allow_none=True)
+    has_more = fields.Boolean()
     next_cursor = fields.String(allow_none=True)
 
 

@@ -127,6 +127,8 @@ class UsageEventSchema(Schema):
     streamed = fields.Boolean()
     batch_id = fields.String(allow_none=True)
     batch_idx = fields.Integer(allow_none=True)
+    custom_id = fields.String(allow_none=True, metadata={"description": "the item's custom_id (OpenAI and "
+                                                                        "Anthropic batch APIs)"})
 
 
 class EventPageSchema(Schema):

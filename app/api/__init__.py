@@ -8,11 +8,13 @@ from app.runtime import Runtime
 
 
 def register_all(api: Api, runtime: Runtime) -> None:
-    from app.api import admin, batches, health, inference, metrics, usage
+    from app.api import admin, anthropic_batches, batches, health, inference, metrics, openai_batches, usage
 
     api.register_blueprint(health.blp)
     admin.register(api)
     api.register_blueprint(inference.blp)
     api.register_blueprint(batches.blp)
+    api.register_blueprint(openai_batches.blp)
+    api.register_blueprint(anthropic_batches.blp)
     usage.register(api)
     metrics.register(api)

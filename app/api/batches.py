@@ -1,4 +1,8 @@
-"""Batches: submit (202), read, list, stream results, cancel, delete. Only the submitter sees a batch (else 404)."""
+"""Batches: submit (202), read, list, stream results, cancel, delete. Only the submitter sees a batch (else 404).
+
+The same routes serve OpenAI's Batch API (app/api/openai_batches.py): a body naming `input_file_id` is OpenAI's
+create; the list is OpenAI's unless `format=relay`; a batch created through the OpenAI API (or named `batch_...`)
+is read and cancelled in OpenAI's format unless `format=relay`."""
 
 from __future__ import annotations
 
@@ -8,16 +12,19 @@ from flask import Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
+from app.api import openai_batches
 from app.api.bodies import read_body
 from app.api.callers import request_caller
 from app.api.openapi import error_answers
 from app.auth_model import Caller
 from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
+from app.batches.views import parse_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
     BatchDeletedSchema,
+    BatchFormatArgs,
     BatchItemsArgs,
     BatchListArgs,
     BatchListSchema,
@@ -46,20 +53,30 @@ def _runtime() -> Runtime:
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
-    broker."""
+    broker. OpenAI's create (a body naming `input_file_id`) answers 200 with OpenAI's batch object."""
     caller = request_caller()
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
-    return service.submit_batch(_runtime(), caller, read_body(_runtime().settings.batch_max_bytes, _too_large)), 202
+    raw = read_body(_runtime().settings.batch_max_bytes, _too_large)
+    if openai_batches.is_create_body(raw):
+        return openai_batches.create_answer(caller, raw)
+    return service.submit_batch(_runtime(), caller, raw), 202
 
 
 @blp.route("", methods=["GET"])
-@blp.doc(summary="List your batches, newest first", security=SECURITY)
+@blp.doc(summary="List your batches, newest first: OpenAI's batches in OpenAI's format, or with format=relay "
+                 "every batch in Relay's view", security=SECURITY)
 @blp.arguments(BatchListArgs, location="query")
 @blp.response(200, BatchListSchema)
 def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
-    return service.list_batches(_runtime(), request_caller(), limit=args["limit"], cursor=args["cursor"])
+    caller = request_caller()
+    if args["format"] == "openai":
+        return openai_batches.list_answer(caller, args["after"], args["limit"])
+    found = service.list_batches(_runtime(), caller, limit=args["limit"], cursor=args["cursor"])
+    data = found["data"]
+    return {"object": "list", **found, "first_id": str(data[0]["id"]) if data else None,
+            "last_id": str(data[-1]["id"]) if data else None, "has_more": found["next_cursor"] is not None}
 
 
 @blp.route("/<batch_id>", methods=["GET"])
@@ -67,7 +84,10 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
 @blp.arguments(BatchItemsArgs, location="query")
 @blp.response(200, BatchSchema)
 def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return service.get_batch(_runtime(), request_caller(), batch_id, state=args["state"], after=args["after"],
+    caller = request_caller()
+    if _openai_view(caller, batch_id, args["format"]):
+        return openai_batches.get_answer(caller, batch_id)
+    return service.get_batch(_runtime(), caller, _native_id(batch_id), state=args["state"], after=args["after"],
                              limit=args["limit"])
 
 
@@ -78,7 +98,7 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return results_response(request_caller(), batch_id, args["format"])
+    return results_response(request_caller(), _native_id(batch_id), args["format"])
 
 
 def results_response(caller: Caller | None, batch_id: str, fmt: str | None) -> Response:
@@ -93,9 +113,26 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None) -> R
 @blp.doc(summary="Cancel a batch: queued items never run, running ones are stopped (idempotent); 409"
                  " batch_finished when every item was already final (nothing is changed)", security=SECURITY)
 @error_answers(blp, 409)
+@blp.arguments(BatchFormatArgs, location="query")
 @blp.response(200, BatchSchema)
-def cancel(batch_id: str) -> ResponseReturnValue:
-    return service.cancel_batch(_runtime(), request_caller(), batch_id)
+def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
+    caller = request_caller()
+    if _openai_view(caller, batch_id, args["format"]):
+        return openai_batches.cancel_answer(caller, batch_id)
+    return service.cancel_batch(_runtime(), caller, _native_id(batch_id))
+
+
+def _openai_view(caller: Caller, batch_id: str, requested: str | None) -> bool:
+    """Whether to answer in OpenAI's format: asked for, or by default for `batch_` ids and OpenAI's batches."""
+    if requested is not None:
+        return requested == "openai"
+    return batch_id.startswith("batch_") or openai_batches.is_openai_batch(caller, batch_id)
+
+
+def _native_id(batch_id: str) -> str:
+    """The batch's UUID for `batch_<hex>` and `msgbatch_<hex>` ids (each API's spelling of the same batch)."""
+    parsed = parse_batch_id(batch_id)
+    return str(parsed) if parsed is not None else batch_id
 
 
 @blp.route("/<batch_id>", methods=["DELETE"])
@@ -103,7 +140,7 @@ def cancel(batch_id: str) -> ResponseReturnValue:
          description="409 `batch_not_finished` while items are queued or running; afterwards the batch is 404.")
 @blp.response(200, BatchDeletedSchema)
 def delete(batch_id: str) -> ResponseReturnValue:
-    return service.delete_batch(_runtime(), request_caller(), batch_id)
+    return service.delete_batch(_runtime(), request_caller(), _native_id(batch_id))
 
 
 def _too_large(limit: int) -> BatchBodyTooLarge:

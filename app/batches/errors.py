@@ -11,6 +11,12 @@ class BatchNotFound(NotFound):
     code = "batch_not_found"
 
 
+class BatchNotEnded(Conflict):
+    """The batch still has queued or running items (deleting it, or reading provider results, must wait)."""
+
+    code = "batch_not_ended"
+
+
 class InvalidBatch(BadRequest):
     """The batch body or one of its items is invalid; `details` lists {idx, field, message}."""
 

@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import outcomes, store
+from app.batches import outcomes, provider_store, store
 from app.batches.outcomes import Outcome
 from app.runtime import Runtime
 from app.usage.events import UsageEvent
@@ -23,7 +23,8 @@ CANCEL_CHUNK = 5000  # queued items cancelled per statement
 def final_of(row: dict[str, Any], idx: int, outcome: Outcome, *, from_state: str = "running",
              owner: str | None = None) -> ItemFinal:
     """The final state of an item known by its batch row (attribution) and idx, with a usage event of no tokens."""
-    event = item_event(Caller.from_row(row), row["policy_id"], row["id"], idx, row["model"], outcome)
+    event = item_event(Caller.from_row(row), row["policy_id"], row["id"], idx, row["model"], outcome,
+                       custom_id=row.get("custom_id"))
     return ItemFinal(row["id"], idx, outcome.state, outcome.error, outcome.error_code, UsageRecord(event),
                      from_state=from_state, worker_id=owner)
 
@@ -35,11 +36,12 @@ def finalize_now(runtime: Runtime, finals: Sequence[ItemFinal], *, counter: str 
 
 
 def item_event(caller: Caller, policy_id: UUID, batch_id: UUID, idx: int, model: str | None, outcome: Outcome,
-               started: float | None = None) -> UsageEvent:
+               started: float | None = None, custom_id: str | None = None) -> UsageEvent:
     """The usage event of an item that did not reach (or did not finish) the pipeline: no tokens."""
     return UsageEvent.for_caller(caller, request_id=f"{batch_id}:{idx}", source="batch", status=outcome.status,
                                  policy_id=policy_id, started=started, error_code=outcome.error_code,
-                                 model_requested=model, route="/v1/batches", batch_id=batch_id, batch_idx=idx)
+                                 model_requested=model, route="/v1/batches", batch_id=batch_id, batch_idx=idx,
+                                 custom_id=custom_id)
 
 
 def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome, *, owner: str | None,
@@ -52,13 +54,19 @@ def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome
     return finalize_now(runtime, [final_of(row, idx, outcome, owner=owner)], counter=counter) == 1
 
 
-def cancel_queued(conn: psycopg.Connection[Any], batch: dict[str, Any]) -> int:
-    """Every queued item of BATCH (a batch row) → cancelled, with one usage event each, in the caller's
-    transaction; how many."""
+def expire_due(conn: psycopg.Connection[Any]) -> int:
+    """Queued items of provider-API batches past their expires_at → cancelled as expired (running ones finish)."""
+    return sum(cancel_queued(conn, batch, outcomes.expired()) for batch in provider_store.batches_due_to_expire(conn))
+
+
+def cancel_queued(conn: psycopg.Connection[Any], batch: dict[str, Any], outcome: Outcome | None = None) -> int:
+    """Every queued item of BATCH (a batch row) → cancelled (OUTCOME, by default a cancel's), with one usage event
+    each, in the caller's transaction; how many."""
+    outcome = outcome or outcomes.cancelled_queued()
     done, after = 0, -1
     while rows := store.queued_items(conn, batch["id"], after=after, limit=CANCEL_CHUNK):
-        finals = [final_of({**batch, "model": model}, idx, outcomes.cancelled_queued(), from_state="queued")
-                  for idx, model in rows]
+        finals = [final_of({**batch, "model": model, "custom_id": custom_id}, idx, outcome, from_state="queued")
+                  for idx, model, custom_id in rows]
         done += len(commit_records(conn, finals, []))
         after = rows[-1][0]
     return done

@@ -14,7 +14,7 @@ from uuid import UUID
 import psycopg
 
 from app.batches import outbox, outcomes, store
-from app.batches.finals import finalize_by_key
+from app.batches.finals import expire_due, finalize_by_key
 from app.batches.runner import WorkerContext
 
 log = logging.getLogger("relay.batches.monitor")
@@ -114,7 +114,8 @@ class Heartbeat:
 
 def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
     """Discard running items whose worker stopped heartbeating ("worker lost", only when JUDGE_OWNERS) or ran far
-    past the limit; record finished_at of batches whose items are all final."""
+    past the limit; expire the queued items of batches past their expires_at; record finished_at of batches whose
+    items are all final."""
     settings = ctx.runtime.settings
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         if not outbox.try_leader_lock(conn, REAPER_LOCK):
@@ -132,6 +133,7 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
             done += 1
     with ctx.runtime.pool.connection() as conn, conn.transaction():
         if outbox.try_leader_lock(conn, REAPER_LOCK):
+            expire_due(conn)
             store.finish_batches(conn)
     return done
 

@@ -74,6 +74,12 @@ def cancelled_queued() -> Outcome:
     return Outcome("cancelled", "cancelled", "batch_cancelled", 499)
 
 
+def expired() -> Outcome:
+    """A queued item of a provider-API batch whose completion window closed (RELAY_PROVIDER_BATCH_EXPIRY_S)."""
+    return Outcome("cancelled", "expired: the batch's completion window closed before the request ran",
+                   "batch_expired", 499)
+
+
 def worker_lost() -> Outcome:
     return Outcome("discarded", "worker lost: the worker running the item stopped", "worker_lost", 500)
 

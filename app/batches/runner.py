@@ -80,6 +80,7 @@ class ClaimedItem:
     policy_id: UUID
     caller: Caller
     model: str | None
+    custom_id: str | None
     started: float  # time.time() of the claim
 
 
@@ -174,8 +175,8 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
         return _Ending(outcomes.load_input_failed(exc))
     call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
                          source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
-                         batch_id=item.batch_id, batch_idx=item.idx, deadline=deadline, interrupter=interrupter,
-                         started_at=item.started, record_later=True)
+                         batch_id=item.batch_id, batch_idx=item.idx, custom_id=item.custom_id, deadline=deadline,
+                         interrupter=interrupter, started_at=item.started, record_later=True)
     try:
         result = run_inference(ctx.runtime, call)
     except Interrupted as exc:
@@ -230,7 +231,7 @@ def _final(item: ClaimedItem, ending: _Ending, worker_id: str) -> ItemFinal:
     outcome, record = ending.outcome, ending.record
     if record is None:
         record = UsageRecord(item_event(item.caller, item.policy_id, item.batch_id, item.idx, item.model, outcome,
-                                        started=item.started))
+                                        started=item.started, custom_id=item.custom_id))
     elif outcome.state != "completed" and record.event.error_code is None:
         record.event.status, record.event.error_code = outcome.status, outcome.error_code
     return ItemFinal(item.batch_id, item.idx, outcome.state, outcome.error, outcome.error_code, record,
@@ -269,4 +270,5 @@ def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_
 
 def _claimed(row: dict[str, Any], idx: int) -> ClaimedItem:
     return ClaimedItem(batch_id=row["id"], idx=idx, shape=row["shape"], policy_id=row["policy_id"],
-                       caller=Caller.from_row(row), model=row["model"], started=row["started_at"].timestamp())
+                       caller=Caller.from_row(row), model=row["model"], custom_id=row["custom_id"],
+                       started=row["started_at"].timestamp())

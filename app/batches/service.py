@@ -18,6 +18,7 @@ from app.batches import store
 from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.finals import cancel_queued
 from app.batches.intake import parse_batch
+from app.batches.origin import BatchOrigin
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -42,18 +43,19 @@ def payload_store(runtime: Runtime) -> PayloadStore:
     return found  # type: ignore[no-any-return]
 
 
-def submit_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]:
-    """Validate a whole `POST /v1/batches` body, then store it (create_batch); the new batch object."""
+def submit_batch(runtime: Runtime, caller: Caller, raw: bytes, origin: BatchOrigin | None = None) -> dict[str, Any]:
+    """Validate a whole `POST /v1/batches` body, then store it (create_batch); the new batch object.
+    ORIGIN: what a provider API's create adds (its columns, custom_ids, writes in the same transaction)."""
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
     parsed = parse_batch(raw, max_items=settings.batch_max_items, max_item_bytes=settings.max_request_bytes)
     return create_batch(runtime, caller, shape=parsed.shape, metadata=parsed.metadata, bodies=parsed.item_bodies(),
-                        models=parsed.models)
+                        models=parsed.models, origin=origin)
 
 
 def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict[str, Any] | None,
-                 bodies: Iterable[bytes], models: Sequence[str]) -> dict[str, Any]:
+                 bodies: Iterable[bytes], models: Sequence[str], origin: BatchOrigin | None = None) -> dict[str, Any]:
     """Store a validated batch: each item's request BODIES (its JSON bytes) and model name, in idx order.
 
     The request file is written and synced while the items are copied into Postgres; the transaction commits
@@ -63,11 +65,11 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     payloads = payload_store(runtime)
     batch = {
         "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": len(models),
-        "owner": caller.owner, **caller.attribution(),
+        "owner": caller.owner, **caller.attribution(), **(origin.columns if origin else {}),
     }
     try:
         with runtime.pool.connection() as conn, conn.transaction():
-            row = _store_batch(conn, batch, bodies, models, payloads)
+            row = _store_batch(conn, batch, bodies, models, payloads, origin)
             store.notify(conn, store.SUBMIT_CHANNEL, str(batch_id))
     except BaseException as exc:
         payloads.remove_batch(batch_id)
@@ -78,13 +80,15 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
 
 
 def _store_batch(conn: psycopg.Connection[Any], batch: dict[str, Any], bodies: Iterable[bytes],
-                 models: Sequence[str], payloads: PayloadStore) -> dict[str, Any]:
+                 models: Sequence[str], payloads: PayloadStore, origin: BatchOrigin | None) -> dict[str, Any]:
     """Insert the batch and COPY its items on a helper thread while this one writes the request file; the
     caller commits only after both are done (the file durable first)."""
 
     def insert() -> dict[str, Any]:
         row = store.insert_batch(conn, batch)
-        store.copy_items(conn, batch["id"], models)
+        store.copy_items(conn, batch["id"], models, origin.custom_ids if origin else None)
+        if origin is not None and origin.also is not None:
+            origin.also(conn, batch["id"])
         return row
 
     with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:

@@ -28,7 +28,7 @@ SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
 FINAL_STATES = ("completed", "discarded", "cancelled")
 ITEM_STATES = ("queued", "running", *FINAL_STATES)
-_BATCH_COLUMNS = (
+BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at"
 )
@@ -38,19 +38,21 @@ def insert_batch(conn: Conn, batch: Row) -> Row:
     """Insert a batch row (id, shape, metadata, total, owner and attribution); return it as stored."""
     names = list(batch)
     sql = (f"INSERT INTO batches ({', '.join(names)}) VALUES ({', '.join('%(' + n + ')s' for n in names)})"
-           f" RETURNING {_BATCH_COLUMNS}")
+           f" RETURNING {BATCH_COLUMNS}")
     row = conn.execute(sql, batch).fetchone()  # type: ignore[arg-type]
     assert row is not None
     return row  # type: ignore[no-any-return]
 
 
-def copy_items(conn: Conn, batch_id: UUID, models: Sequence[str]) -> None:
-    """COPY one queued item per model name, idx 0..n-1."""
+def copy_items(conn: Conn, batch_id: UUID, models: Sequence[str], custom_ids: Sequence[str] | None = None) -> None:
+    """COPY one queued item per model name, idx 0..n-1 (with its custom_id, for provider API batches)."""
     prefix = f"{batch_id}\t"
-    with conn.cursor().copy("COPY batch_items (batch_id, idx, model) FROM STDIN") as copy:
+    columns = "batch_id, idx, model" + (", custom_id" if custom_ids is not None else "")
+    with conn.cursor().copy(f"COPY batch_items ({columns}) FROM STDIN") as copy:
         buf: list[str] = []
         for idx, model in enumerate(models):
-            buf.append(f"{prefix}{idx}\t{_copy_text(model)}\n")
+            extra = f"\t{_copy_text(custom_ids[idx])}" if custom_ids is not None else ""
+            buf.append(f"{prefix}{idx}\t{_copy_text(model)}{extra}\n")
             if len(buf) >= 5000:
                 copy.write("".join(buf))
                 buf.clear()
@@ -64,7 +66,7 @@ def notify(conn: Conn, channel: str, payload: str = "") -> None:
 
 def get_batch(conn: Conn, batch_id: UUID, owner: str | None = None) -> Row | None:
     """The batch row, only when OWNER owns it (if given)."""
-    sql = f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = %s"
+    sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = %s"
     params: list[Any] = [batch_id]
     if owner is not None:
         sql += " AND owner = %s"
@@ -87,7 +89,7 @@ def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, lim
 
 def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None, limit: int) -> list[Row]:
     """The owner's batches, newest first, strictly older than BEFORE (created_at, id)."""
-    sql = f"SELECT {_BATCH_COLUMNS} FROM batches WHERE owner = %s"
+    sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE owner = %s"
     params: list[Any] = [owner]
     if before is not None:
         sql += " AND (created_at, id) < (%s, %s)"
@@ -122,10 +124,10 @@ def mark_cancelled(conn: Conn, batch_id: UUID) -> None:
                  " WHERE id = %s", (batch_id,))
 
 
-def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[tuple[int, str | None]]:
-    """(idx, model) of the batch's queued items after AFTER, in idx order."""
+def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[tuple[int, str | None, str | None]]:
+    """(idx, model, custom_id) of the batch's queued items after AFTER, in idx order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, model FROM batch_items WHERE batch_id = %s AND idx > %s AND state = 'queued'"
+    cur.execute("SELECT idx, model, custom_id FROM batch_items WHERE batch_id = %s AND idx > %s AND state = 'queued'"
                 " ORDER BY idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()  # type: ignore[no-any-return]
 
@@ -136,7 +138,7 @@ WITH claimed AS (
     WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
       AND b.status = 'queued'
     RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
-              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.started_at
+              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
 ), counted AS (
     INSERT INTO batch_progress AS p (batch_id, counter, running) SELECT id, %(counter)s, 1 FROM claimed
     ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + 1
@@ -155,7 +157,7 @@ def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: st
 def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Row | None:
     """An item's state, owner, whether the owner's heartbeat is stale, and the batch (for the usage event)."""
     return conn.execute(  # type: ignore[no-any-return]
-        "SELECT i.state, i.worker_id, i.model, b.status AS batch_status, b.id, b.policy_id, b.project_id,"
+        "SELECT i.state, i.worker_id, i.model, i.custom_id, b.status AS batch_status, b.id, b.policy_id, b.project_id,"
         " b.team_id, b.principal_kind, b.principal_id, b.credential_kind, b.credential_id, b.relay_key_hash,"
         " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)) AS owner_lost"
         " FROM batch_items i JOIN batches b ON b.id = i.batch_id LEFT JOIN workers w ON w.id = i.worker_id"
@@ -173,6 +175,13 @@ def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
     row = conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE id = %s AND {_FINISHED}"
                        " RETURNING finished_at", (batch_id,)).fetchone()
     return row["finished_at"] if row else None
+
+
+def delete_ended_batch(conn: Conn, batch_id: UUID) -> bool:
+    """Delete the batch (its items and output file records follow) if none of its items is queued or running."""
+    cur = conn.execute("DELETE FROM batches b WHERE id = %s AND NOT EXISTS (SELECT 1 FROM batch_items i"
+                       " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running'))", (batch_id,))
+    return cur.rowcount == 1
 
 
 def finish_batches(conn: Conn) -> int:
@@ -217,7 +226,7 @@ def list_all_batches(conn: Conn, *, before: tuple[datetime, UUID] | None, limit:
     return conn.execute(sql, [*params, limit]).fetchall()
 
 
-_ALL_COLUMNS = ", ".join("e." + name.strip() for name in _BATCH_COLUMNS.split(","))
+_ALL_COLUMNS = ", ".join("e." + name.strip() for name in BATCH_COLUMNS.split(","))
 
 
 def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:

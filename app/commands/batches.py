@@ -98,7 +98,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"limit": args.limit, "after": args.after}
+    params: dict[str, Any] = {"format": "relay", "limit": args.limit, "after": args.after}
     if args.state:
         params["state"] = args.state
     batch = _call(args, "GET", f"/v1/batches/{args.id}", params=params)
@@ -130,7 +130,7 @@ def write_stream(response: requests.Response, output: Path | None) -> None:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "POST", f"/v1/batches/{args.id}/cancel"))
+    _print_json(_call(args, "POST", f"/v1/batches/{args.id}/cancel", params={"format": "relay"}))
     return 0
 
 
@@ -168,7 +168,7 @@ def _cutoff(text: str) -> datetime:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    params = {"limit": args.limit, **({"cursor": args.after} if args.after else {})}
+    params = {"format": "relay", "limit": args.limit, **({"cursor": args.after} if args.after else {})}
     _print_json(_call(args, "GET", "/v1/batches", params=params))
     return 0
 
@@ -206,7 +206,7 @@ def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: fl
     """Poll the just-submitted batch until it is finished, drawing a progress bar (with rate and ETA) on OUT."""
     started = time.monotonic()
     while True:
-        batch = _call(args, "GET", f"/v1/batches/{batch_id}", params={"limit": 0})
+        batch = _call(args, "GET", f"/v1/batches/{batch_id}", params={"format": "relay", "limit": 0})
         elapsed = time.monotonic() - started
         out.write("\r" + progress_line(batch, rate=_done(batch) / elapsed if elapsed > 0 else None))
         out.flush()

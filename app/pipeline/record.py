@@ -114,7 +114,8 @@ class Recorder:
             error_code=error_code, model_requested=model if isinstance(model, str) else None,
             host_key_name=self.used.key.name if self.used else (self.failed[-1].name if self.failed else None),
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
-            attempts=self.attempts, streamed=streamed, batch_id=call.batch_id, batch_idx=call.batch_idx, **extra)
+            attempts=self.attempts, streamed=streamed, batch_id=call.batch_id, batch_idx=call.batch_idx,
+            custom_id=call.custom_id, **extra)
 
     def _payload(self, payload: tuple[Any, bytes]) -> PayloadLog:
         request_body = json.dumps(payload[0], ensure_ascii=False).encode()

@@ -24,6 +24,7 @@ class InferenceCall:
     route: str = ""
     batch_id: UUID | None = None
     batch_idx: int | None = None
+    custom_id: str | None = None  # the batch item's custom_id, carried to its usage event
     deadline: float | None = None  # time.monotonic() by which the call must end
     interrupter: Interrupter | None = None  # lets another thread stop the upstream call
     started_at: float = 0.0  # time.time() when the call began (set by the pipeline if 0)

@@ -49,6 +49,7 @@ class UsageEvent:
     streamed: bool = False
     batch_id: UUID | None = None
     batch_idx: int | None = None
+    custom_id: str | None = None  # the batch item's custom_id (OpenAI and Anthropic batch APIs)
 
     def values(self) -> list[object]:
         """The column values, in COLUMNS order."""

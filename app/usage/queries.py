@@ -32,6 +32,7 @@ EVENT_FIELDS = (
     "host_key_name", "credential_kind", "credential_id", "relay_key_hash_prefix", "principal_kind", "principal_id",
     "principal", "policy_id", "policy", "project_id", "project", "team_id", "team", "input_tokens", "output_tokens",
     "cached_tokens", "cost_nanos", "cost_usd", "attempts", "streamed", "batch_id", "batch_idx",
+    "custom_id",
 )
 KEY_HASH_PREFIX_BYTES = 4
 

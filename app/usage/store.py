@@ -62,7 +62,7 @@ _EVENT_COLUMNS = """e.id, e.request_id, e.source, e.created_at, e.started_at, e.
   e.upstream_status, e.error_code, e.model_requested, e.model_resolved, e.host_id, e.host_name, e.binding_id,
   e.adapter, e.host_key_name, e.credential_kind, e.credential_id, e.relay_key_hash, e.principal_kind,
   e.principal_id, e.policy_id, e.project_id, e.team_id, e.input_tokens, e.output_tokens, e.cached_tokens,
-  e.cost_nanos, e.attempts, e.streamed, e.batch_id, e.batch_idx,
+  e.cost_nanos, e.attempts, e.streamed, e.batch_id, e.batch_idx, e.custom_id,
   """ + PRINCIPAL_NAME + """,
   (SELECT name FROM policies WHERE id = e.policy_id) AS policy,
   (SELECT name FROM projects WHERE id = e.project_id) AS project,

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.batches.helpers import batch_catalog
+from tests.batches.helpers import batch_catalog, start_workers
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from tests.processes import RelayProcess
 
 # Fast settings for the worker processes of these tests.
 WORKER_SETTINGS = {"batch_item_time_limit_s": 4, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
@@ -19,6 +20,21 @@ def upstream() -> Iterator[FakeUpstream]:
     fake = start_fake_upstream()
     yield fake
     fake.stop()
+
+
+@pytest.fixture(scope="module")
+def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
+    """Two `relay worker` processes of four threads each, with WORKER_SETTINGS, for the module's tests."""
+    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=2, threads=4,
+                         **WORKER_SETTINGS)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture()
+def fresh_upstream(upstream, workers) -> None:  # type: ignore[no-untyped-def]
+    """Workers running and the fake upstream's counters and behaviours back to the start."""
+    upstream.reset()
 
 
 @pytest.fixture(scope="session")

@@ -170,14 +170,18 @@ def test_only_the_submitter_can_read_or_cancel(client, admin, make_key, make_tok
 
 
 def test_list_shows_only_your_batches_newest_first_with_a_cursor(client, make_key) -> None:
+    """Relay's view of the list is `format=relay` (by default `GET /v1/batches` lists OpenAI's batches)."""
     mine = make_key()["key"]
     ids = [submit(client, mine, [CHAT]).json["id"] for _ in range(3)]
     submit(client, make_key()["key"], [CHAT])
-    first = get(client, mine, "/v1/batches", limit=2).json
+    first = get(client, mine, "/v1/batches", format="relay", limit=2).json
     assert [b["id"] for b in first["data"]] == ids[::-1][:2]
-    second = get(client, mine, "/v1/batches", limit=2, cursor=first["next_cursor"]).json
+    assert (first["object"], first["first_id"], first["last_id"], first["has_more"]) == ("list", *ids[::-1][:2], True)
+    second = get(client, mine, "/v1/batches", format="relay", limit=2, cursor=first["next_cursor"]).json
     assert [b["id"] for b in second["data"]] == ids[:1] and second["next_cursor"] is None
-    assert get(client, mine, "/v1/batches", cursor="garbage!").status_code == 400
+    assert get(client, mine, "/v1/batches", format="relay", cursor="garbage!").status_code == 400
+    openai_view = get(client, mine, "/v1/batches").json
+    assert openai_view == {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
 
 
 def test_items_are_paginated_and_filtered_by_state(client, key) -> None:

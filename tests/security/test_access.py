@@ -99,7 +99,7 @@ def test_rotated_out_revoked_and_admin_credentials_are_401_on_every_batch_route(
 
 @pytest.mark.parametrize("who", sorted(VISIBLE))
 def test_a_batch_list_shows_exactly_the_callers_own_batches(world: World, who: str) -> None:
-    res = world.call(who, "GET", "/v1/batches", query_string={"limit": 100})
+    res = world.call(who, "GET", "/v1/batches", query_string={"format": "relay", "limit": 100})
     assert res.status_code == 200
     listed = {b["id"] for b in res.json["data"]}
     mine = {name for name, batch_id in world.batches.items() if batch_id in listed}

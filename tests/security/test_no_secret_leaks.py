@@ -114,7 +114,7 @@ def test_no_secret_appears_in_any_answer_log_line_table_or_payload_file(
     batch_id = res.json()["id"]
     stack.wait_finished(live_key, batch_id, timeout=60)
     for path in (f"/v1/batches/{batch_id}", f"/v1/batches/{batch_id}/results",
-                 f"/v1/batches/{batch_id}/results?format=jsonl", "/v1/batches"):
+                 f"/v1/batches/{batch_id}/results?format=jsonl", "/v1/batches", "/v1/batches?format=relay"):
         assert call("GET", path, live_key).status_code == 200
     assert call("POST", f"/v1/batches/{batch_id}/cancel", live_key).status_code == 409  # finished: nothing to cancel
     call("POST", "/v1/batches", token["token"], json={"shape": "openai", "requests": item_requests("leak-t", 2)})
@@ -156,7 +156,7 @@ def test_answers_never_carry_the_relay_key_hash(security_stack: Stack, issue: Ca
         row = conn.execute("SELECT relay_key_hash FROM batches WHERE id = %s", (batch_id,)).fetchone()
     digest = bytes(row["relay_key_hash"]).hex()
     answers = [security_stack.call(key["secret"], "GET", path) for path in (
-        f"/v1/batches/{batch_id}", "/v1/batches", f"/v1/batches/{batch_id}/results", "/v1/usage/events",
+        f"/v1/batches/{batch_id}", "/v1/batches?format=relay", f"/v1/batches/{batch_id}/results", "/v1/usage/events",
         "/v1/usage/events/export", "/v1/usage/summary?group_by=credential")]
     answers.append(security_stack.admin("GET", "/admin/relay-keys"))
     assert all(a.status_code == 200 for a in answers)

@@ -1,0 +1,181 @@
+"""OpenAI-compatible Files (`/v1/files`, `/openai/v1/files`) and Batches (`/openai/v1/batches`; `/v1/batches`
+dispatches here from app/api/batches.py). Errors in OpenAI's shape, with Relay's stable code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, request, stream_with_context
+from flask.typing import ResponseReturnValue
+from flask_smorest import Blueprint
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.formparser import FormDataParser
+
+from app.api.callers import request_caller
+from app.api.provider_common import SMALL_BODY, answer, json_object, load_object, routes, runtime, shape_errors
+from app.auth_model import Caller
+from app.batches import openai_files, openai_view, provider
+from app.batches.openai_view import file_disk
+from app.batches.provider_errors import FileTooLarge
+from app.errors import RelayError, ValidationFailed
+from app.files.disk import FileDisk, StagedFile
+from schemas.provider_batches import (
+    MULTIPART_FILE,
+    FileListArgs,
+    OpenAIBatchCreateSchema,
+    OpenAIBatchListSchema,
+    OpenAIBatchSchema,
+    OpenAIFileDeletedSchema,
+    OpenAIFileListSchema,
+    OpenAIFileSchema,
+    OpenAIListArgs,
+)
+
+blp = Blueprint("openai_batches", __name__,
+                description="OpenAI-compatible Files and Batches, run by Relay's own batch workers")
+shape_errors(blp, "openai")
+
+PREFIXES = ("/v1", "/openai/v1")
+_FORM_OVERHEAD = 1 << 20  # multipart boundaries and the `purpose` field, beyond the file itself
+_OCTETS = "application/octet-stream"
+
+
+def _paths(suffix: str) -> list[str]:
+    return [prefix + suffix for prefix in PREFIXES]
+
+
+# -- files ------------------------------------------------------------------------------------------------------
+
+@routes(blp, _paths("/files"), ["POST"])
+@blp.doc(summary="Upload a batch input file (multipart: file, purpose=batch)",
+         requestBody={"required": True, "content": {"multipart/form-data": {"schema": MULTIPART_FILE}}})
+@blp.response(200, OpenAIFileSchema)
+def upload_file() -> ResponseReturnValue:
+    caller = request_caller()
+    staged, filename, purpose = _receive_upload(file_disk(runtime()), runtime().settings.files_max_bytes)
+    return openai_files.upload(runtime(), caller, staged, filename=filename, purpose=purpose)
+
+
+def _receive_upload(disk: FileDisk, limit: int) -> tuple[StagedFile, str, str]:
+    """Parse the multipart body, writing its file part straight into the file store's staging folder (no copy
+    in memory or in a temporary file); the staged `file` part, its name and the `purpose` field."""
+    request.max_content_length = limit + _FORM_OVERHEAD  # werkzeug answers 413 past it, chunked bodies included
+    staged: list[StagedFile] = []
+
+    def stream_factory(*_: Any, **__: Any) -> Any:
+        staged.append(disk.stage())
+        return staged[-1].handle
+
+    parser = FormDataParser(stream_factory=stream_factory, max_form_memory_size=64 * 1024,
+                            max_content_length=request.max_content_length, max_form_parts=16)
+    chosen = None
+    try:
+        _, form, files = parser.parse(request.stream, request.mimetype, request.content_length,
+                                      request.mimetype_params)
+        upload = files.get("file")
+        chosen = next((s for s in staged if upload is not None and s.handle is upload.stream), None)
+        if chosen is None or upload is None:
+            raise ValidationFailed("invalid_request", "send the file as the multipart field `file`")
+        return chosen, upload.filename or "", form.get("purpose", "")
+    except RequestEntityTooLarge as exc:
+        raise FileTooLarge(message=f"a file holds at most {limit} bytes") from exc
+    finally:
+        for other in staged:
+            if other is not chosen:
+                disk.discard(other)
+
+
+@routes(blp, _paths("/files"), ["GET"])
+@blp.doc(summary="Your files: batch inputs, and the output and error files of your ended batches")
+@blp.arguments(FileListArgs, location="query")
+@blp.response(200, OpenAIFileListSchema)
+def list_files(args: dict[str, Any]) -> ResponseReturnValue:
+    return openai_files.list_files(runtime(), request_caller(), **args)
+
+
+@routes(blp, _paths("/files/<file_id>"), ["GET"])
+@blp.doc(summary="A file")
+@blp.response(200, OpenAIFileSchema)
+def get_file(file_id: str) -> ResponseReturnValue:
+    return openai_files.retrieve(runtime(), request_caller(), file_id)
+
+
+@routes(blp, _paths("/files/<file_id>"), ["DELETE"])
+@blp.doc(summary="Delete a file")
+@blp.response(200, OpenAIFileDeletedSchema)
+def delete_file(file_id: str) -> ResponseReturnValue:
+    return openai_files.delete(runtime(), request_caller(), file_id)
+
+
+@routes(blp, _paths("/files/<file_id>/content"), ["GET"])
+@blp.doc(summary="A file's bytes (output and error files: JSON Lines generated from the batch's results)")
+@blp.response(200, content_type=_OCTETS, description="the file's bytes")
+def file_content(file_id: str) -> ResponseReturnValue:
+    chunks = openai_files.content(runtime(), request_caller(), file_id)
+    return Response(stream_with_context(chunks), status=200, mimetype=_OCTETS)
+
+
+# -- batches (the /v1/batches routes call the functions below from app/api/batches.py) -----------------------------
+
+@routes(blp, ["/openai/v1/batches"], ["POST"])
+@blp.doc(summary="Create a batch from an uploaded file",
+         requestBody={"required": True, "content": {"application/json": {"schema": OpenAIBatchCreateSchema}}})
+@blp.response(200, OpenAIBatchSchema)
+def create_batch() -> ResponseReturnValue:
+    caller = request_caller()
+    return openai_view.create_batch(runtime(), caller, json_object(OpenAIBatchCreateSchema()))
+
+
+@routes(blp, ["/openai/v1/batches"], ["GET"])
+@blp.doc(summary="Your OpenAI batches, newest first")
+@blp.arguments(OpenAIListArgs, location="query")
+@blp.response(200, OpenAIBatchListSchema)
+def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
+    return openai_view.list_batches(runtime(), request_caller(), after=args["after"], limit=args["limit"])
+
+
+@routes(blp, ["/openai/v1/batches/<batch_id>"], ["GET"])
+@blp.doc(summary="A batch in OpenAI's format")
+@blp.response(200, OpenAIBatchSchema)
+def get_batch(batch_id: str) -> ResponseReturnValue:
+    return openai_view.get_batch(runtime(), request_caller(), batch_id)
+
+
+@routes(blp, ["/openai/v1/batches/<batch_id>/cancel"], ["POST"])
+@blp.doc(summary="Cancel a batch: queued requests never run, running ones are stopped")
+@blp.response(200, OpenAIBatchSchema)
+def cancel_batch(batch_id: str) -> ResponseReturnValue:
+    return openai_view.cancel_batch(runtime(), request_caller(), batch_id)
+
+
+def is_create_body(raw: bytes) -> bool:
+    """Whether a `POST /v1/batches` body is OpenAI's create (it names `input_file_id`) rather than Relay's own."""
+    if len(raw) > SMALL_BODY or b'"input_file_id"' not in raw:
+        return False
+    try:
+        return "input_file_id" in load_object(raw)
+    except RelayError:  # not a JSON object: Relay's own submit answers it
+        return False
+
+
+def create_answer(caller: Caller, raw: bytes) -> ResponseReturnValue:
+    """The OpenAI create through `POST /v1/batches`, answered in OpenAI's format (errors included)."""
+    return answer("openai", lambda: openai_view.create_batch(runtime(), caller,
+                                                             load_object(raw, OpenAIBatchCreateSchema())))
+
+
+def get_answer(caller: Caller, batch_id: str) -> ResponseReturnValue:
+    return answer("openai", lambda: openai_view.get_batch(runtime(), caller, batch_id))
+
+
+def cancel_answer(caller: Caller, batch_id: str) -> ResponseReturnValue:
+    return answer("openai", lambda: openai_view.cancel_batch(runtime(), caller, batch_id))
+
+
+def list_answer(caller: Caller, after: str | None, limit: int) -> ResponseReturnValue:
+    return answer("openai", lambda: openai_view.list_batches(runtime(), caller, after=after, limit=limit))
+
+
+def is_openai_batch(caller: Caller, batch_id: str) -> bool:
+    """Whether BATCH_ID names one of the caller's batches created through the OpenAI API."""
+    return provider.created_through(runtime(), caller, batch_id, openai_view.API)

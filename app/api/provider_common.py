@@ -1,0 +1,107 @@
+"""What the OpenAI- and Anthropic-compatible blueprints share: one view under several prefixes, errors in the
+provider's shape, and small JSON bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Response, current_app, jsonify, make_response, request
+from flask.typing import ResponseReturnValue
+from flask_smorest import Blueprint
+from marshmallow import Schema, ValidationError
+from werkzeug.exceptions import HTTPException
+
+from app.api.bodies import read_body
+from app.api.inference_errors import shaped_error
+from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
+from app.runtime import Runtime
+
+F = TypeVar("F", bound=Callable[..., Any])
+SMALL_BODY = 64 * 1024  # a create body that names a file, or a cancel
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
+
+
+def runtime() -> Runtime:
+    return current_app.extensions["relay"]  # type: ignore[no-any-return]
+
+
+def routes(blp: Blueprint, paths: list[str], methods: list[str]) -> Callable[[F], F]:
+    """Register the view under every path of PATHS (one endpoint each, all documented)."""
+
+    def register(view: F) -> F:
+        for n, path in enumerate(paths):
+            blp.route(path, methods=methods, endpoint=f"{view.__name__}_{n}")(view)
+        return view
+
+    return register
+
+
+def shape_errors(blp: Blueprint, shape: str) -> None:
+    """Answer every error of BLP's views in SHAPE's error object (`openai` or `anthropic`), with Relay's code."""
+
+    @blp.errorhandler(RelayError)
+    def relay_error(exc: RelayError) -> ResponseReturnValue:
+        return shaped_error(shape, exc)
+
+    @blp.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> ResponseReturnValue:
+        return shaped_error(shape, as_relay_error(exc))
+
+
+def as_relay_error(exc: HTTPException) -> RelayError:
+    """A werkzeug or webargs HTTP error as a RelayError (argument validation: 400 invalid_request)."""
+    data = getattr(exc, "data", None)
+    if isinstance(data, dict) and "messages" in data:
+        return ValidationFailed("invalid_request", "request failed validation", details=data["messages"])
+    status = exc.code or 400
+    return RelayError(_HTTP_CODES.get(status, "bad_request"), exc.description, status=status)
+
+
+def answer(shape: str, produce: Callable[[], Any], status: int = 200) -> Response:
+    """PRODUCE()'s value as a JSON response, or its RelayError in SHAPE's error object: for views of another
+    blueprint (a Response passes through their response schema untouched)."""
+    try:
+        response = jsonify(produce())
+        response.status_code = status
+        return response
+    except RelayError as exc:
+        return make_response(shaped_error(shape, exc))
+
+
+def json_object(schema: Schema | None = None, *, limit: int = SMALL_BODY) -> dict[str, Any]:
+    """The request's JSON object body (at most LIMIT bytes), loaded through SCHEMA when given."""
+    return load_object(read_json_bytes(limit), schema)
+
+
+def read_json_bytes(limit: int) -> bytes:
+    """The raw body of a JSON request, refused past LIMIT bytes (413) or in another media type (415)."""
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
+    return read_body(limit, _too_large)
+
+
+def load_object(raw: bytes, schema: Schema | None = None) -> dict[str, Any]:
+    """RAW as a JSON object, loaded through SCHEMA when given; 400 naming what is wrong."""
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, RecursionError):
+        raise BadRequest("invalid_json", "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("invalid_body", "the request body must be a JSON object")
+    if schema is None:
+        return body
+    try:
+        return schema.load(body)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        fields = exc.messages if isinstance(exc.messages, dict) else {"": exc.messages}
+        first = next(iter(fields), "")
+        problem = fields[first][0] if isinstance(fields[first], list) and fields[first] else fields[first]
+        raise ValidationFailed("invalid_request", f"invalid request: {first}: {problem}",
+                               details=exc.messages) from None
+
+
+def _too_large(limit: int) -> RelayError:
+    return PayloadTooLarge("payload_too_large", f"the body holds at most {limit} bytes")

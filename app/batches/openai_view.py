@@ -1,0 +1,108 @@
+"""OpenAI's Batch API over Relay's batches: create from an uploaded JSONL file, retrieve, list, cancel, and the
+lines of a batch's output and error files. No Flask."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from app.auth_model import Caller
+from app.batches import provider
+from app.batches.provider_errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
+from app.batches.provider_input import from_openai_jsonl
+from app.batches.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
+from app.files import store as files_store
+from app.files.disk import FileBytesMissing, FileDisk
+from app.runtime import Runtime
+
+API = "openai"
+_disk_lock = threading.Lock()
+
+
+def file_disk(runtime: Runtime) -> FileDisk:
+    """This process's FileDisk (one per runtime)."""
+    with _disk_lock:
+        found = runtime.services.get("files")
+        if found is None:
+            found = runtime.services["files"] = FileDisk(runtime.settings.batch_payload_dir)
+    return found  # type: ignore[no-any-return]
+
+
+def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """A batch of the uploaded file BODY["input_file_id"] (already checked against the create schema)."""
+    endpoint = body["endpoint"]
+    if endpoint not in ENDPOINT_SHAPES:
+        refused = "embeddings requests cannot be batched" if endpoint.endswith("/embeddings") else \
+            f"{endpoint} is not an endpoint Relay runs batches for"
+        raise UnsupportedEndpoint(message=f"{refused}: use /v1/chat/completions or /v1/responses")
+    file_id = _input_file(runtime, caller, body["input_file_id"])
+    try:
+        handle = file_disk(runtime).open(file_id)
+    except FileBytesMissing as exc:
+        raise InvalidInputFile(message="the input file's bytes are not visible to this Relay replica") from exc
+    with handle:
+        batch = from_openai_jsonl(handle, shape=ENDPOINT_SHAPES[endpoint], endpoint=endpoint,
+                                  metadata=body.get("metadata"),
+                                  max_requests=runtime.settings.openai_batch_max_requests)
+    columns = {"api": API, "endpoint": endpoint, "input_file_id": file_id,
+               "completion_window": body["completion_window"]}
+    batch_id = provider.create(runtime, caller, batch, columns=columns, body_field="body",
+                               also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id))
+    return get_batch(runtime, caller, openai_batch_id(batch_id))
+
+
+def _input_file(runtime: Runtime, caller: Caller, text_id: str) -> UUID:
+    """The uploaded batch input file the caller named; FileNotFound (404) when it may not see it."""
+    file_id = parse_file_id(text_id)
+    with runtime.pool.connection() as conn:
+        row = files_store.get_file(conn, file_id, caller.owner) if file_id else None
+    if row is None:
+        raise FileNotFound(message="input file not found")
+    if row["kind"] != "upload":
+        raise InvalidInputFile(message="input_file_id must be a file uploaded with purpose batch")
+    return row["id"]  # type: ignore[no-any-return]
+
+
+def _record_result_files(conn: psycopg.Connection[Any], owner: str, batch_id: UUID) -> None:
+    """The batch's output and error files, listed once it has ended (generated from its results when read)."""
+    name = openai_batch_id(batch_id)
+    files_store.insert_batch_files(conn, owner, batch_id, [(uuid.uuid4(), "output", f"{name}_output.jsonl"),
+                                                           (uuid.uuid4(), "error", f"{name}_error.jsonl")])
+
+
+def get_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
+    row, counts = provider.load(runtime, caller, text_id, API)
+    return _view(runtime, [row], {row["id"]: counts})[0]
+
+
+def cancel_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
+    row, counts = provider.cancel(runtime, caller, text_id, API)
+    return _view(runtime, [row], {row["id"]: counts})[0]
+
+
+def list_batches(runtime: Runtime, caller: Caller, *, after: str | None, limit: int) -> dict[str, Any]:
+    """OpenAI's list envelope of the caller's OpenAI batches, newest first."""
+    found = provider.page(runtime, caller, API, after=after, before=None, limit=limit)
+    data = _view(runtime, found.rows, found.counts)
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": found.has_more}
+
+
+def _view(runtime: Runtime, rows: list[dict[str, Any]], counts: dict[UUID, dict[str, int]]) -> list[dict[str, Any]]:
+    with runtime.pool.connection() as conn:
+        files = files_store.batch_files(conn, [row["id"] for row in rows])
+    return [openai_batch(row, counts[row["id"]], {kind: file_id for (batch_id, kind), file_id in files.items()
+                                                  if batch_id == row["id"]}) for row in rows]
+
+
+def result_lines(runtime: Runtime, caller: Caller, batch_id: UUID, kind: str) -> Iterator[bytes]:
+    """The lines of the batch's `output` (completed items) or `error` file (every other item), in idx order."""
+    wanted = kind == "output"
+    for outcome, response in provider.outcomes(runtime, caller, batch_id):
+        if (outcome[2] == "completed") == wanted:
+            yield openai_result_line(batch_id, outcome, response)

@@ -1,0 +1,134 @@
+"""What the OpenAI and Anthropic batch APIs share: creating a batch through Relay's own submit, loading one API's
+batch with its counts (404 under the batches' access rule), pages of them, cancel, and every item's outcome merged
+with its result. No Flask."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from app.auth_model import Caller
+from app.batches import provider_store, service, store
+from app.batches.errors import BatchNotFound, InvalidBatch
+from app.batches.origin import BatchOrigin
+from app.batches.provider_input import ProviderBatch
+from app.batches.views import parse_batch_id
+from app.runtime import Runtime
+
+Row = dict[str, Any]
+Outcome = tuple[int, str | None, str, str | None, str | None, int | None]
+OUTCOMES_PAGE = 2000
+
+
+@dataclass
+class Page:
+    """A page of one API's batches with each one's counts, and whether more follow."""
+
+    rows: list[Row]
+    counts: dict[UUID, dict[str, int]]
+    has_more: bool
+
+
+def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: dict[str, Any], body_field: str,
+           also: Callable[[psycopg.Connection[Any], UUID], None] | None = None) -> UUID:
+    """Submit BATCH through Relay's intake (the same validation, limits and storage as any batch); its id.
+    BODY_FIELD names the request body in the provider's input (`body`, `params`) in error details. With
+    RELAY_PROVIDER_BATCH_EXPIRY_S set, the batch's queued requests expire that long after now."""
+    raw = batch.finish()
+    expiry = runtime.settings.provider_batch_expiry_s
+    if expiry > 0:
+        columns = {**columns, "expires_at": datetime.now(UTC) + timedelta(seconds=expiry)}
+    try:
+        created = service.submit_batch(runtime, caller, raw, BatchOrigin(columns, batch.custom_ids, also))
+    except InvalidBatch as exc:
+        raise batch.remap(exc, body_field) from None
+    return UUID(str(created["id"]))
+
+
+def load(runtime: Runtime, caller: Caller, text_id: str, api: str) -> tuple[Row, dict[str, int]]:
+    """CALLER's batch created through API with its counts; BatchNotFound otherwise (malformed ids included)."""
+    batch_id = parse_batch_id(text_id)
+    with runtime.pool.connection() as conn:
+        row = provider_store.get_api_batch(conn, batch_id, caller.owner) if batch_id else None
+        if row is None or row["api"] != api:
+            raise BatchNotFound(message="batch not found")
+        counts = provider_store.counts_by_batch(conn, [row["id"]])[row["id"]]
+        _stamp_finished(conn, row, counts)
+    return row, counts
+
+
+def created_through(runtime: Runtime, caller: Caller, text_id: str, api: str) -> bool:
+    """Whether TEXT_ID names one of CALLER's batches created through API."""
+    batch_id = parse_batch_id(text_id)
+    if batch_id is None:
+        return False
+    with runtime.pool.connection() as conn:
+        row = provider_store.get_api_batch(conn, batch_id, caller.owner)
+    return row is not None and row["api"] == api
+
+
+def page(runtime: Runtime, caller: Caller, api: str, *, after: str | None, before: str | None,
+         limit: int) -> Page:
+    """A page of CALLER's batches created through API, newest first (after / before: a batch id of the list)."""
+    cursors = [parse_batch_id(text) if text else None for text in (after, before)]
+    if any(text and cursor is None for text, cursor in zip((after, before), cursors, strict=True)):
+        return Page([], {}, False)  # an id that is no batch is past every batch
+    with runtime.pool.connection() as conn:
+        rows = provider_store.list_api_batches(conn, caller.owner, api, after=cursors[0], before=cursors[1],
+                                               limit=limit + 1)
+        more = len(rows) > limit
+        rows = (rows[1:] if before else rows[:-1]) if more else rows
+        counts = provider_store.counts_by_batch(conn, [row["id"] for row in rows])
+        for row in rows:
+            _stamp_finished(conn, row, counts[row["id"]])
+    return Page(rows, counts, more)
+
+
+def cancel(runtime: Runtime, caller: Caller, text_id: str, api: str) -> tuple[Row, dict[str, int]]:
+    """Cancel the batch unless its processing has ended (then it is left as it is); the batch after."""
+    row, counts = load(runtime, caller, text_id, api)
+    if row["finished_at"] is None:
+        service.cancel_batch(runtime, caller, str(row["id"]))
+        row, counts = load(runtime, caller, text_id, api)
+    return row, counts
+
+
+def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[tuple[Outcome, Any]]:
+    """Every item's (idx, custom_id, state, error, error_code, status) with its response, in idx order.
+
+    The results come from Relay's own results stream (whatever the payload store's layout); access is checked
+    before the first item, so a caller who may not read the batch gets BatchNotFound right away.
+    """
+    chunks = service.open_results(runtime, caller, str(batch_id), jsonl=True)
+    return _merge(runtime, batch_id, chunks)
+
+
+def _merge(runtime: Runtime, batch_id: UUID, chunks: Iterator[bytes]) -> Iterator[tuple[Outcome, Any]]:
+    pending: dict[int, Outcome] = {}
+    after, rest = -1, b""
+    for chunk in chunks:
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            result = json.loads(line)
+            while result["idx"] not in pending:
+                with runtime.pool.connection() as conn:
+                    found = provider_store.item_outcomes(conn, batch_id, after=after, limit=OUTCOMES_PAGE)
+                if not found:
+                    return  # the batch was deleted while being read
+                pending, after = {row[0]: row for row in found}, found[-1][0]
+            yield pending.pop(result["idx"]), result.get("response")
+
+
+def _stamp_finished(conn: psycopg.Connection[Any], row: Row, counts: dict[str, int]) -> None:
+    """Record finished_at once no item is queued or running, as Relay's own read does."""
+    if row["finished_at"] is None and not counts.get("queued") and not counts.get("running"):
+        with conn.transaction():
+            row["finished_at"] = store.finish_batch(conn, row["id"])

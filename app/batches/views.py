@@ -1,0 +1,156 @@
+"""The OpenAI and Anthropic formats of a batch, its files, ids and result lines. Pure functions of the rows.
+
+Status mapping (one batch, three views):
+
+| Relay (status, every item final) | OpenAI `status`           | Anthropic `processing_status` |
+|----------------------------------|---------------------------|-------------------------------|
+| queued, no                       | in_progress               | in_progress                   |
+| queued, yes                      | completed (expired if its expiry stopped items) | ended  |
+| cancelled, no                    | cancelling                | canceling                     |
+| cancelled, yes                   | cancelled                 | ended                         |
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from adapters.anthropic import ADAPTER as ANTHROPIC
+from adapters.openai import openai_error_body
+
+Row = dict[str, Any]
+ENDPOINT_SHAPES = {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
+_BATCH_PREFIXES = ("batch_", "msgbatch_")
+_FILE_PREFIX = "file-"
+_STOPPED = {"batch_cancelled", "batch_expired"}  # error codes of items that never got an answer
+
+
+def openai_batch_id(batch_id: UUID) -> str:
+    return f"batch_{batch_id.hex}"
+
+
+def anthropic_batch_id(batch_id: UUID) -> str:
+    return f"msgbatch_{batch_id.hex}"
+
+
+def file_id(value: UUID) -> str:
+    return f"{_FILE_PREFIX}{value.hex}"
+
+
+def parse_batch_id(text: str) -> UUID | None:
+    """The batch behind `batch_<hex>`, `msgbatch_<hex>` or a plain UUID; None for anything else."""
+    for prefix in _BATCH_PREFIXES:
+        if text.startswith(prefix):
+            return _hex_uuid(text[len(prefix):])
+    try:
+        return UUID(text)
+    except ValueError:
+        return None
+
+
+def parse_file_id(text: str) -> UUID | None:
+    return _hex_uuid(text[len(_FILE_PREFIX):]) if text.startswith(_FILE_PREFIX) else None
+
+
+def _hex_uuid(text: str) -> UUID | None:
+    if len(text) != 32 or not text.isascii() or not text.isalnum():
+        return None
+    try:
+        return UUID(hex=text)
+    except ValueError:
+        return None
+
+
+def unix(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def openai_batch(row: Row, counts: dict[str, int], files: dict[str, UUID]) -> dict[str, Any]:
+    """OpenAI's Batch object. FILES: the batch's output and error file ids by kind."""
+    ended, cancelled = row["finished_at"] is not None, row["status"] == "cancelled"
+    failed = counts.get("discarded", 0) + counts.get("cancelled", 0)
+    expired = ended and not cancelled and counts.get("expired", 0) > 0
+    status = ("cancelled" if ended else "cancelling") if cancelled else \
+        ("expired" if expired else "completed") if ended else "in_progress"
+    finished = unix(row["finished_at"])
+    return {
+        "id": openai_batch_id(row["id"]), "object": "batch", "endpoint": row["endpoint"],
+        "input_file_id": file_id(row["input_file_id"]) if row["input_file_id"] else None,
+        "completion_window": row["completion_window"], "status": status, "errors": None,
+        "output_file_id": file_id(files["output"]) if ended and counts.get("completed") and "output" in files
+        else None,
+        "error_file_id": file_id(files["error"]) if ended and failed and "error" in files else None,
+        "created_at": unix(row["created_at"]), "in_progress_at": unix(row["created_at"]),
+        "expires_at": unix(row.get("expires_at")),
+        "finalizing_at": finished if status in ("completed", "expired") else None,
+        "completed_at": finished if status == "completed" else None, "failed_at": None,
+        "expired_at": finished if expired else None, "cancelling_at": unix(row["cancelled_at"]),
+        "cancelled_at": finished if cancelled and ended else None,
+        "request_counts": {"total": row["total"], "completed": counts.get("completed", 0), "failed": failed},
+        "metadata": row["metadata"],
+    }
+
+
+def anthropic_batch(row: Row, counts: dict[str, int]) -> dict[str, Any]:
+    """Anthropic's MessageBatch object; `results_url` (relative: the SDK joins it to its base URL, so it always
+    points at the Relay it called) once processing has ended."""
+    ended, expired = row["finished_at"] is not None, counts.get("expired", 0)
+    status = "ended" if ended else ("canceling" if row["status"] == "cancelled" else "in_progress")
+    batch_id = anthropic_batch_id(row["id"])
+    return {
+        "id": batch_id, "type": "message_batch", "processing_status": status,
+        "request_counts": {"processing": counts.get("queued", 0) + counts.get("running", 0),
+                           "succeeded": counts.get("completed", 0), "errored": counts.get("discarded", 0),
+                           "canceled": counts.get("cancelled", 0) - expired, "expired": expired},
+        "created_at": rfc3339(row["created_at"]), "expires_at": rfc3339(row.get("expires_at")),
+        "ended_at": rfc3339(row["finished_at"]), "cancel_initiated_at": rfc3339(row["cancelled_at"]),
+        "archived_at": None, "results_url": f"/v1/messages/batches/{batch_id}/results" if ended else None,
+    }
+
+
+def openai_file(row: Row) -> dict[str, Any]:
+    """OpenAI's File object."""
+    return {"id": file_id(row["id"]), "object": "file", "bytes": row["bytes"], "created_at": unix(row["created_at"]),
+            "filename": row["filename"], "purpose": row["purpose"], "status": "processed", "expires_at": None,
+            "status_details": None}
+
+
+def openai_result_line(batch_id: UUID, outcome: tuple[Any, ...], response: Any) -> bytes:
+    """One line of an output or error file: OUTCOME is (idx, custom_id, state, error, error_code, status)."""
+    idx, custom_id, state, error, code, status = outcome
+    line: dict[str, Any] = {"id": f"batch_req_{batch_id.hex}_{idx}", "custom_id": custom_id, "response": None,
+                            "error": None}
+    if state == "completed":
+        line["response"] = {"status_code": 200, "request_id": f"{batch_id}:{idx}", "body": response}
+    elif code in _STOPPED:
+        line["error"] = {"code": code, "message": error}
+    else:
+        status = status or 500
+        line["response"] = {"status_code": status, "request_id": f"{batch_id}:{idx}",
+                            "body": openai_error_body(status, code or "internal_error", error or "failed")}
+    return _jsonl(line)
+
+
+def anthropic_result_line(outcome: tuple[Any, ...], response: Any) -> bytes:
+    """One line of a message batch's results."""
+    _idx, custom_id, state, error, code, status = outcome
+    if state == "completed":
+        result: dict[str, Any] = {"type": "succeeded", "message": response}
+    elif code == "batch_expired":
+        result = {"type": "expired"}
+    elif state == "cancelled":
+        result = {"type": "canceled"}
+    else:
+        result = {"type": "errored",
+                  "error": ANTHROPIC.error_body(status or 500, code or "internal_error", error or "failed")}
+    return _jsonl({"custom_id": custom_id, "result": result})
+
+
+def _jsonl(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode() + b"\n"

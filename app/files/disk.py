@@ -1,0 +1,83 @@
+"""Uploaded files' bytes: `<RELAY_BATCH_PAYLOAD_DIR>/files/<id>`, written under `files/.staging/` and renamed
+into place once complete and synced, so no reader ever sees half a file."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+from uuid import UUID
+
+from app.errors import InsufficientStorage
+
+
+class FileStoreUnavailable(InsufficientStorage):
+    """The files directory cannot be written (missing, read-only, full)."""
+
+    code = "payload_store_unavailable"
+
+
+class FileBytesMissing(Exception):
+    """An uploaded file's bytes are not visible to this replica."""
+
+
+@dataclass
+class StagedFile:
+    """A file being received: its open handle and where it lies until published."""
+
+    path: Path
+    handle: IO[bytes]
+
+    def size(self) -> int:
+        self.handle.flush()
+        return os.fstat(self.handle.fileno()).st_size
+
+
+class FileDisk:
+    """Stages, publishes, opens and removes uploaded files; safe to use from several threads."""
+
+    def __init__(self, payload_dir: str | os.PathLike[str]) -> None:
+        self.root = Path(payload_dir) / "files"
+
+    def path(self, file_id: UUID) -> Path:
+        return self.root / str(file_id)
+
+    def stage(self) -> StagedFile:
+        """A new empty file under the staging folder, open for writing and reading."""
+        staging = self.root / ".staging"
+        try:
+            staging.mkdir(parents=True, exist_ok=True)
+            path = staging / f"{uuid.uuid4()}.part"
+            return StagedFile(path, open(path, "w+b"))  # closed by publish or discard
+        except OSError as exc:
+            raise FileStoreUnavailable(message=f"cannot store the file: {exc.strerror or exc}") from exc
+
+    def publish(self, staged: StagedFile, file_id: UUID) -> None:
+        """Sync the staged file and move it to its final name."""
+        try:
+            staged.handle.flush()
+            os.fsync(staged.handle.fileno())
+            staged.handle.close()
+            os.rename(staged.path, self.path(file_id))
+        except OSError as exc:
+            self.discard(staged)
+            raise FileStoreUnavailable(message=f"cannot store the file: {exc.strerror or exc}") from exc
+
+    @staticmethod
+    def discard(staged: StagedFile) -> None:
+        """Close and remove a staged file that will not be published."""
+        staged.handle.close()
+        staged.path.unlink(missing_ok=True)
+
+    def open(self, file_id: UUID) -> IO[bytes]:
+        """The published file, open for reading; FileBytesMissing when this replica cannot see it."""
+        try:
+            return open(self.path(file_id), "rb")
+        except OSError as exc:
+            raise FileBytesMissing(f"{file_id}: {exc.strerror or exc}") from exc
+
+    def remove(self, file_id: UUID) -> None:
+        """Best-effort removal of a published file."""
+        self.path(file_id).unlink(missing_ok=True)
