@@ -34,7 +34,7 @@ class Settings:
     db_pool_min: int = 2
     db_pool_max: int = 20
     cache_poll_interval_s: float = 0.5
-    dispatch_window: int = 2000
+    dispatch_window: int = 10000  # a cap: the window is sized from the live workers' threads
     worker_heartbeat_s: float = 2.0
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"

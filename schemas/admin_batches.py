@@ -6,12 +6,16 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from schemas.batches import BATCH_STATUSES, BatchListArgs, BatchSummarySchema
+from schemas.batches import BATCH_STATUSES, MAX_BATCHES_PAGE, BatchSummarySchema
 from schemas.catalog import PRINTABLE
 
 
-class AdminBatchListArgs(BatchListArgs):
+class AdminBatchListArgs(Schema):
     """`GET /admin/batches`: every owner's batches, newest first; filters are optional and combined with AND."""
+
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_BATCHES_PAGE), load_default=20)
+    cursor = fields.String(load_default=None, validate=validate.Length(max=200),
+                           metadata={"description": "`next_cursor` of the previous page"})
 
     principal = fields.String(validate=[validate.Length(1, 240), PRINTABLE], metadata={
         "description": "user or service account: a name or id, optionally prefixed `user:` or `service_account:`"})

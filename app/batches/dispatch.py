@@ -37,7 +37,6 @@ MAX_GROUP = 8  # items per message at most
 MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
 CHUNK = 2000  # items published per pass at most
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
-_PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int]) -> bytes:
@@ -52,6 +51,7 @@ class Publication:
 
     batch_id: UUID
     idxs: tuple[int, ...]
+    policy: str = ""  # shown to operators as the message's `relay-policy` header (RabbitMQ management UI)
 
 
 Cursor = tuple[UUID, int]  # a batch and its new publish cursor
@@ -75,7 +75,8 @@ def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int,
             if take <= 0:
                 continue
             left -= take
-            messages += [Publication(batch["id"], tuple(range(i, min(i + group, start + take))))
+            messages += [Publication(batch["id"], tuple(range(i, min(i + group, start + take))),
+                                     batch.get("policy") or "")
                          for i in range(start, start + take, group)]
             cursors.append((batch["id"], start + take))
         queues.append(messages)
@@ -222,8 +223,10 @@ class Dispatcher:
         channel = self._open()
         channel.queue_declare(queue=self.queue, passive=True)  # never publish into a missing queue (dropped)
         for message in messages:
+            properties = pika.BasicProperties(delivery_mode=2, headers={"relay-policy": message.policy,
+                                                                        "relay-batch": str(message.batch_id)})
             channel.basic_publish("", self.queue, encode_items(self.queue, message.batch_id, message.idxs),
-                                  _PERSISTENT)
+                                  properties)
         channel.tx_commit()
 
     def _open(self) -> BlockingChannel:

@@ -21,7 +21,15 @@ BREAKER_STATES = ("closed", "open", "half_open")
 DB_TIMEOUT_S = 2.0
 BROKER_TIMEOUT_S = 1.0
 
-_ITEMS_BY_STATE = "SELECT state, count(*) AS n FROM batch_items GROUP BY state"
+# From the progress counters, never a scan of the items: queued = every batch's total less what is counted.
+_ITEMS_BY_STATE = """SELECT coalesce(sum(running), 0) AS running, coalesce(sum(completed), 0) AS completed,
+  coalesce(sum(discarded), 0) AS discarded, coalesce(sum(cancelled), 0) AS cancelled,
+  (SELECT coalesce(sum(total), 0) FROM batches) - coalesce(sum(running + completed + discarded + cancelled), 0)
+  AS queued FROM batch_progress"""
+# The backlog per policy: items of unfinished batches not final yet, and how many owners they belong to.
+_BACKLOG = """SELECT p.name AS policy, sum(b.total - coalesce((SELECT sum(g.completed + g.discarded + g.cancelled)
+  FROM batch_progress g WHERE g.batch_id = b.id), 0)) AS items, count(DISTINCT b.owner) AS owners
+  FROM batches b JOIN policies p ON p.id = b.policy_id WHERE b.finished_at IS NULL GROUP BY p.name ORDER BY p.name"""
 _BREAKERS = """SELECT h.name AS host, k.name AS host_key, coalesce(kh.consecutive_failures, 0) AS failures,
   kh.opened_until FROM host_keys k JOIN hosts h ON h.id = k.host_id
   LEFT JOIN key_health kh ON kh.host_key_id = k.id ORDER BY h.name, k.name"""
@@ -42,7 +50,8 @@ class StateCollector:
         try:
             with self._runtime.pool.connection(timeout=DB_TIMEOUT_S) as conn, conn.transaction():
                 conn.execute(f"SET LOCAL statement_timeout = {int(DB_TIMEOUT_S * 1000)}")
-                items = {r["state"]: r["n"] for r in _rows(conn, _ITEMS_BY_STATE)}
+                items = {state: int(n) for state, n in _rows(conn, _ITEMS_BY_STATE)[0].items()}
+                backlog = _rows(conn, _BACKLOG)
                 breakers = _rows(conn, _BREAKERS)
         except Exception as exc:  # any failure: report the database as down, never fail the scrape
             log.warning("metrics: cannot read Postgres (%s)", type(exc).__name__)
@@ -52,6 +61,7 @@ class StateCollector:
         up.add_metric([], 1)
         yield up
         yield _items_gauge(items)
+        yield from _backlog_gauges(backlog)
         yield from _breaker_gauges(breakers)
 
     def _broker(self) -> Iterator[Metric]:
@@ -74,6 +84,19 @@ class StateCollector:
 def _rows(conn: Any, query: str) -> list[dict[str, Any]]:
     """QUERY's rows as dicts (the pool's connections use dict rows)."""
     return list(conn.execute(query).fetchall())
+
+
+def _backlog_gauges(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    """What each policy's unfinished batches still have to run, and for how many owners (the fair-share view)."""
+    items = GaugeMetricFamily("relay_batch_backlog_items", "Items of unfinished batches not final yet, per policy",
+                              labels=["policy"])
+    owners = GaugeMetricFamily("relay_batch_backlog_owners", "Owners with unfinished batches, per policy",
+                               labels=["policy"])
+    for row in rows:
+        items.add_metric([row["policy"]], int(row["items"]))
+        owners.add_metric([row["policy"]], int(row["owners"]))
+    yield items
+    yield owners
 
 
 def _items_gauge(items: dict[str, int]) -> Metric:

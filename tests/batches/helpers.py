@@ -12,7 +12,7 @@ from tests.processes import RelayProcess, start_relay
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60}
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the batch"}]}
 # Host keys by purpose: each scenario's policy draws from its own key, so upstream behaviours never collide.
-KEYS = ("ok", "slow", "fail", "hang")
+KEYS = ("ok", "slow", "fail", "hang", "fair")
 
 
 def batch_catalog(upstream_url: str) -> dict[str, Any]:
@@ -42,6 +42,8 @@ def batch_catalog(upstream_url: str) -> dict[str, Any]:
             _policy("narrow", ["oa-ok"], models=["gpt-*"]),
             _policy("to-disable", ["oa-ok"]),
             _policy("to-delete", ["oa-ok"]),
+            _policy("fair", ["oa-fair"]),
+            _policy("fair-heavy", ["oa-fair"], batch_weight=3),
         ],
         "teams": [{"name": "t-batch"}],
         "projects": [{"name": "p-batch", "team": "t-batch"}],

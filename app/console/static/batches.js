@@ -15,6 +15,11 @@ export function basePath(role) {
   return role === "admin" ? "/admin/batches" : "/v1/batches";
 }
 
+// A caller's batch routes answer in Relay's own view only when asked (else OpenAI's for its batches).
+function view(role) {
+  return role === "admin" ? {} : { format: "relay" };
+}
+
 // A live table of batches at LISTPATH with QUERY; PAGER builds the href of another page from a cursor.
 export function liveBatchList(container, { role, query, pager, caption }) {
   const base = basePath(role);
@@ -25,13 +30,13 @@ export function liveBatchList(container, { role, query, pager, caption }) {
   return every(REFRESH_MS, async () => {
     let page;
     try {
-      page = await call(base, { query: { limit: PAGE, ...query } });
+      page = await call(base, { query: { limit: PAGE, ...view(role), ...query } });
     } catch (err) {
       replace(body, errorBox(err));
       return false;
     }
     const details = await Promise.all(page.data.map((b) => finished.get(b.id)
-      || call(`${base}/${b.id}`, { query: { limit: 0 } }).then((d) => ({ ...b, ...d })).catch(() => b)));
+      || call(`${base}/${b.id}`, { query: { limit: 0, ...view(role) } }).then((d) => ({ ...b, ...d })).catch(() => b)));
     details.filter((d) => d.finished).forEach((d) => finished.set(d.id, d));
     renderList(body, details, { role, caption, next: page.next_cursor, pager, first: !query.cursor });
     replace(status, "Updated ", localTime(new Date().toISOString()),
@@ -89,7 +94,7 @@ export function batchView(main, route, session) {
   const refresh = async () => {
     let batch;
     try {
-      batch = await call(`${base}/${encodeURIComponent(id)}`, { query: { state, after, limit: ITEMS_PAGE } });
+      batch = await call(`${base}/${encodeURIComponent(id)}`, { query: { state, after, limit: ITEMS_PAGE, ...view(session.role) } });
     } catch (err) {
       const hint = err.code === "batch_not_found"
         ? h("p", {}, "No batch with this id is visible to you: it does not exist or another caller submitted it.")
@@ -215,7 +220,7 @@ function buildActions(actions, status, batch, base, restart) {
       });
       if (!yes) return;
       try {
-        const after = await call(`${base}/${batch.id}/cancel`, { method: "POST" });
+        const after = await call(`${base}/${batch.id}/cancel`, { method: "POST", query: view(base === basePath("admin") ? "admin" : "caller") });
         replace(status, `Batch cancelled: ${after.counts.cancelled} items cancelled.`);
         announce("Batch cancelled");
         restart();

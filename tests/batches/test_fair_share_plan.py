@@ -1,0 +1,81 @@
+"""The dispatcher's order of work: room in the window split between owners by what they have in flight and their
+policies' batch_weight, then between one owner's batches oldest first, in messages interleaved across owners."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+from uuid import UUID, uuid4
+
+from app.batches.dispatch import Dispatcher, Publication, plan_pass
+
+
+def _batch(owner: str, total: int, published: int = 0, weight: float = 1.0) -> dict[str, Any]:
+    return {"id": uuid4(), "owner": owner, "total": total, "published_upto": published, "weight": weight}
+
+
+def _items_by_owner(batches: list[dict[str, Any]], messages: list[Publication]) -> Counter[str]:
+    owner_of: dict[UUID, str] = {b["id"]: b["owner"] for b in batches}
+    return Counter({owner: 0 for owner in owner_of.values()}) + Counter(
+        {o: n for o, n in Counter(owner_of[m.batch_id] for m in messages for _ in m.idxs).items()})
+
+
+def test_two_owners_with_nothing_in_flight_get_equal_shares_in_alternating_messages() -> None:
+    batches = [_batch("a", 10_000), _batch("b", 10_000)]
+    messages, cursors = plan_pass(batches, room=100, group=5)
+    assert _items_by_owner(batches, messages) == {"a": 50, "b": 50}
+    owners = [("a" if m.batch_id == batches[0]["id"] else "b") for m in messages]
+    assert owners == ["a", "b"] * 10
+    assert sorted(c[1] for c in cursors) == [50, 50]
+
+
+def test_a_new_owner_gets_the_room_before_an_owner_who_already_has_items_in_flight() -> None:
+    batches = [_batch("big", 20_000, published=500), _batch("small", 5)]
+    messages, _ = plan_pass(batches, room=40, group=1, in_flight={"big": 500})
+    assert _items_by_owner(batches, messages) == {"big": 35, "small": 5}
+    assert {m.batch_id for m in messages[:5]} >= {batches[1]["id"]}  # the small batch goes out first
+
+
+def test_weights_split_the_room_in_proportion() -> None:
+    batches = [_batch("heavy", 10_000, weight=3), _batch("light", 10_000, weight=1)]
+    messages, _ = plan_pass(batches, room=400, group=8)
+    assert _items_by_owner(batches, messages) == {"heavy": 300, "light": 100}
+
+
+def test_weights_apply_to_what_is_in_flight_not_only_to_this_pass() -> None:
+    batches = [_batch("heavy", 10_000, published=90, weight=3), _batch("light", 10_000, published=10)]
+    messages, _ = plan_pass(batches, room=40, group=1, in_flight={"heavy": 90, "light": 10})
+    assert _items_by_owner(batches, messages) == {"heavy": 15, "light": 25}  # 105 : 35 in flight, as 3 : 1 wants
+
+
+def test_what_an_owner_cannot_use_goes_to_the_others_and_cursors_never_pass_the_total() -> None:
+    batches = [_batch("a", 3), _batch("b", 1000)]
+    messages, cursors = plan_pass(batches, room=100, group=8)
+    assert _items_by_owner(batches, messages) == {"a": 3, "b": 97}
+    assert dict(cursors) == {batches[0]["id"]: 3, batches[1]["id"]: 97}
+
+
+def test_one_owners_batches_are_published_oldest_first() -> None:
+    older, newer = _batch("a", 30), _batch("a", 30)
+    messages, cursors = plan_pass([older, newer], room=40, group=10)
+    assert [m.batch_id for m in messages] == [older["id"]] * 3 + [newer["id"]]
+    assert dict(cursors) == {older["id"]: 30, newer["id"]: 10}
+
+
+def test_messages_group_consecutive_items_of_one_batch() -> None:
+    batch = _batch("a", 100, published=40)
+    messages, _ = plan_pass([batch], room=20, group=8)
+    assert [m.idxs for m in messages] == [tuple(range(40, 48)), tuple(range(48, 56)), tuple(range(56, 60))]
+
+
+def test_items_are_grouped_only_when_they_are_fast_and_the_backlog_is_deep() -> None:
+    class FakeRuntime:
+        class settings:
+            queue_name = "q"
+            dispatch_window = 100_000
+
+    fast = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.002)  # type: ignore[arg-type]
+    slow = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.3)  # type: ignore[arg-type]
+    assert fast.window(threads=32, backlog=20_000) == (2 * 32 * 8 + 32, 8)
+    assert fast.window(threads=32, backlog=50) == (2 * 32 + 32, 1)  # a small backlog: one item a message
+    assert slow.window(threads=32, backlog=20_000) == (2 * 32 + 32, 1)  # slow items: one a message, a short queue
