@@ -10,9 +10,18 @@ from apispec import BasePlugin
 from flask_smorest import Api, Blueprint
 
 from schemas.admin import RelayErrorSchema
+from schemas.inference import ShapedErrorSchema
 
 # A status → the component flask-smorest registers for it (its body: ERROR_SCHEMA).
 _COMPONENTS = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 404: "NOT_FOUND", 413: "REQUEST_ENTITY_TOO_LARGE"}
+
+
+# Routes of the provider-compatible batch APIs answer errors in that provider's shape (OpenAI's or Anthropic's),
+# as `/v1/batches` does for OpenAI's create; each still carries Relay's stable `code`.
+_SHAPED_PATHS = ("/v1/files", "/openai/v1/files", "/openai/v1/batches", "/v1/messages/batches",
+                 "/anthropic/v1/messages/batches", "/v1/batches")
+_SHAPED_ANSWER = {"description": "error", "content": {"application/json": {"schema": {
+    "$ref": "#/components/schemas/ShapedError"}}}}
 
 
 class RelayApi(Api):  # type: ignore[misc]
@@ -29,12 +38,15 @@ class ErrorAnswers(BasePlugin):
 
     def operation_helper(self, path: str | None = None, operations: dict[str, Any] | None = None,
                          **kwargs: Any) -> None:
+        shaped = (path or "").startswith(_SHAPED_PATHS)
         for operation in (operations or {}).values():
             responses = operation.setdefault("responses", {})
             had_422 = responses.pop(422, None) is not None or responses.pop("422", None) is not None
             for status in _statuses(path or "", operation, had_422):
                 if status not in responses and str(status) not in responses:
-                    responses[status] = _COMPONENTS[status]
+                    responses[status] = _SHAPED_ANSWER if shaped else _COMPONENTS[status]
+            if shaped:  # every answer but a success is in the provider's shape, 401 included
+                responses["default"] = _SHAPED_ANSWER
 
 
 def _statuses(path: str, operation: dict[str, Any], had_422: bool) -> list[int]:
@@ -62,4 +74,6 @@ def error_answers(bp: Blueprint, *statuses: int, schema: Any = RelayErrorSchema)
 
 def build_api(app: Any) -> RelayApi:
     """The Api of APP, with the error answers plugin."""
-    return RelayApi(app, spec_kwargs={"extra_plugins": [ErrorAnswers()]})
+    api = RelayApi(app, spec_kwargs={"extra_plugins": [ErrorAnswers()]})
+    api.spec.components.schema("ShapedError", schema=ShapedErrorSchema)
+    return api
