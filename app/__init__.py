@@ -97,6 +97,12 @@ def _register_error_handlers(app: Flask) -> None:
         body = {"error": {"code": "database_unavailable", "message": "the database is unavailable; retry shortly"}}
         return body, 503, {"Retry-After": "5"}
 
+    @app.errorhandler(TimeoutError)
+    def request_timeout(exc: TimeoutError) -> ResponseReturnValue:
+        # The server's per-connection I/O deadline (app/api/server.py) passed while the body was being read.
+        body = {"error": {"code": "request_timeout", "message": "the request body did not arrive in time"}}
+        return body, 408, {"Connection": "close"}
+
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> ResponseReturnValue:
         log.exception("unhandled error", extra={"request_id": getattr(g, "request_id", None)})

@@ -96,10 +96,10 @@ class BenchEnv:
 
     # processes -------------------------------------------------------------------------------------------------
 
-    def start_api(self, workers: int = 2, threads: int = 32) -> RelayProcess:
+    def start_api(self, workers: int = 2) -> RelayProcess:
         if self.api is not None:
             self.api.stop()
-        self.api = start_api(self.env, self.work, workers=workers, threads=threads)
+        self.api = start_api(self.env, self.work, workers=workers)
         return self.api
 
     @property
