@@ -33,6 +33,8 @@ class Settings:
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"
     worker_id: str = ""
+    api_header_timeout_s: int = 15
+    api_io_timeout_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -61,7 +63,8 @@ class Settings:
             raise SettingsError("RELAY_SECRET_KEY must be at least 16 characters")
         if len(self.admin_token) < 16:
             raise SettingsError("RELAY_ADMIN_TOKEN must be at least 16 characters")
-        for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes"):
+        for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes", "api_header_timeout_s",
+                     "api_io_timeout_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
 

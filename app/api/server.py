@@ -3,9 +3,9 @@ its own, never a thread another request needs.
 
 The worker (RelayGeventWorker) adds what gunicorn's gevent worker lacks for Relay:
 - TCP_NODELAY on every connection (a keep-alive client would otherwise wait ~40 ms per request for delayed ACKs);
-- a deadline for a request's line and headers (HEADER_TIMEOUT_S, also the keep-alive idle time) and one for every
-  read or write on the connection (IO_TIMEOUT_S: a body that stops arriving, a stream nobody reads): the connection
-  is dropped, and its call recorded as `client_disconnected` when a stream was cut;
+- a deadline for a request's line and headers (RELAY_API_HEADER_TIMEOUT_S, also the keep-alive idle time) and one
+  for every read or write on the connection (RELAY_API_IO_TIMEOUT_S: a body that stops arriving is a 408, a stream
+  nobody reads is cut and recorded as `client_disconnected`): the connection is dropped;
 - malformed HTTP (bad request line or headers, an oversize URI or header block, a bad Content-Length or chunked
   body) answered with Relay's JSON error shape instead of gunicorn's HTML page;
 - on a graceful stop (SIGTERM), the process's runtime is closed after the last request: the usage writer commits
@@ -24,11 +24,10 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.http import errors as http_errors
+from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
 log = logging.getLogger("relay.api.server")
-HEADER_TIMEOUT_S = 15  # a request line and headers must arrive within this, and an idle keep-alive lasts this long
-IO_TIMEOUT_S = 30  # a connection on which no byte moves for this long is dropped (slow body, unread stream)
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
 
 # gunicorn's parse errors → (status, Relay error code, message); the first matching class wins.
@@ -68,10 +67,12 @@ def error_answer(exc: BaseException) -> bytes:
 class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker with TCP_NODELAY, I/O deadlines and JSON answers to malformed HTTP."""
 
+    io_timeout_s = 30.0  # set from the settings before the workers fork
+
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client.settimeout(IO_TIMEOUT_S)
-        super().handle(listener, client, addr)
+        client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip to its base
+        AsyncWorker.handle(self, listener, client, addr)
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         if isinstance(exc, http_errors.ParseException):
@@ -108,13 +109,14 @@ def _close_runtime(_server: Any, worker: Any) -> None:
         runtime.close()
 
 
-def run_gunicorn(*, bind: str, workers: int, connections: int) -> None:
+def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float) -> None:
+    RelayGeventWorker.io_timeout_s = io_timeout_s
     options = {
         "bind": bind,
         "workers": workers,
         "worker_class": "app.api.server.RelayGeventWorker",
         "worker_connections": connections,
-        "keepalive": HEADER_TIMEOUT_S,
+        "keepalive": header_timeout_s,
         "timeout": 30,  # the arbiter's liveness check of a worker (its heartbeat runs on the gevent hub)
         "graceful_timeout": GRACEFUL_TIMEOUT_S,
         "worker_exit": _close_runtime,
