@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +67,6 @@ class PayloadStore:
                     _write_all(fd, body)
                 finally:
                     os.close(fd)
-                if idx % 256 == 255:
-                    time.sleep(0)  # file writes block: let the other requests of a gevent API worker run
             os.rename(staging, self.batch_dir(batch_id))
             os.sync()
         except OSError as exc:

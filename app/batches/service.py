@@ -18,6 +18,7 @@ from app.batches import store
 from app.batches.errors import BatchBodyTooLarge, BatchNotFound
 from app.batches.finals import cancel_queued
 from app.batches.intake import ParsedBatch, parse_batch
+from app.blocking import off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -77,7 +78,7 @@ def _store_batch(conn: psycopg.Connection[Any], caller: Caller, batch_id: UUID, 
     with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:
         inserted = pool.submit(insert)
         try:
-            payloads.write_requests(batch_id, parsed.item_bodies())
+            off_the_hub(payloads.write_requests, batch_id, parsed.item_bodies())  # the COPY runs meanwhile
         finally:
             row = inserted.result()  # the connection is ours again before the transaction ends
     return row

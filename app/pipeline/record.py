@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from adapters.base import Usage
 from app.catalog.model import HostKey, Policy
@@ -73,7 +74,7 @@ class Recorder:
         try:
             with autocommit(self.runtime.pool) as conn:
                 conn.execute(*statement)
-        except psycopg.Error as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             log.warning("breaker write failed (%s); left to the usage writer", type(exc).__name__)
             self.unwritten.append(statement)
         get_key_health(self.runtime).invalidate(key_id)
