@@ -10,7 +10,7 @@ from flask import Flask, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Api
 from psycopg_pool import PoolTimeout
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from app.api.docs_assets import ASSETS_URL
 from app.api.docs_assets import blp as docs_blueprint
@@ -108,6 +108,12 @@ def _register_error_handlers(app: Flask) -> None:
         log.warning("database unavailable: %s", type(exc).__name__)
         body = {"error": {"code": "database_unavailable", "message": "the database is unavailable; retry shortly"}}
         return body, 503, {"Retry-After": "5"}
+
+    @app.errorhandler(ClientDisconnected)
+    def request_timeout(exc: ClientDisconnected) -> ResponseReturnValue:
+        # The body stopped arriving: the server's per-connection I/O deadline passed (app/api/server.py).
+        body = {"error": {"code": "request_timeout", "message": "the request body did not arrive in time"}}
+        return body, 408, {"Connection": "close"}
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> ResponseReturnValue:

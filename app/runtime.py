@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
 from app.db import create_pool
 from app.observability.logs import register_secrets
 from app.settings import Settings
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -19,6 +23,7 @@ class Runtime:
     settings: Settings
     pool: ConnectionPool
     services: dict[str, Any] = field(default_factory=dict)
+    _services_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def build(cls, settings: Settings, *, pool_max: int | None = None) -> Runtime:
@@ -26,6 +31,16 @@ class Runtime:
         pool = create_pool(settings.database_url, min_size=settings.db_pool_min,
                            max_size=pool_max or settings.db_pool_max)
         return cls(settings=settings, pool=pool)
+
+    def service(self, name: str, create: Callable[[], T]) -> T:
+        """This process's NAME service (a cache, a writer), made by CREATE on first use, once whatever the threads."""
+        found = self.services.get(name)
+        if found is None:
+            with self._services_lock:
+                found = self.services.get(name)
+                if found is None:
+                    found = self.services[name] = create()
+        return found  # type: ignore[no-any-return]
 
     def close(self) -> None:
         for service in self.services.values():

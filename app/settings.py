@@ -43,6 +43,8 @@ class Settings:
 
     metrics_token: str = ""  # bearer token that may read GET /metrics (the admin token always may)
     worker_id: str = ""
+    api_header_timeout_s: int = 15
+    api_io_timeout_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -76,7 +78,7 @@ class Settings:
         if self.metrics_token and len(self.metrics_token) < 16:
             raise SettingsError("RELAY_METRICS_TOKEN must be at least 16 characters")
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes", "files_max_bytes",
-                     "openai_batch_max_requests"):
+                     "openai_batch_max_requests", "api_header_timeout_s", "api_io_timeout_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
         _file_mode(self.batch_payload_mode)

@@ -5,9 +5,11 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench                       # everything, 3 runs each (~15 min)
     .venv/bin/python -m bench --quick --repeat 1    # smaller sizes
     .venv/bin/python -m bench --only drain,live     # a subset
+    .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
 
-Scenarios: accept, reads, live, drain, ratelimit, slow, cancel, files. It uses its own database and RabbitMQ vhost
-(`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy: compare ratios, not single times.
+Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, files. It uses its own database and
+RabbitMQ vhost (`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy:
+compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import batches, reads, storage
+from bench import batches, live, peers, reads, slow_clients, storage
 from bench.env import BenchEnv
 from bench.report import Results
 from bench.sizes import FULL, QUICK, Sizes
@@ -28,7 +30,8 @@ Scenario = Callable[[BenchEnv, Sizes, int, Results], None]
 SCENARIOS: dict[str, Scenario] = {
     "accept": batches.accept,
     "reads": reads.reads,
-    "live": reads.live,
+    "live": live.live,
+    "slowclients": slow_clients.slow_clients,
     "drain": batches.drain,
     "ratelimit": batches.rate_limited,
     "slow": batches.slow_drain,
@@ -39,17 +42,25 @@ DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
 def run(sizes: Sizes, only: list[str], repeat: int, json_path: Path | None, database: str = "relay_bench",
-        log: Callable[[str], None] = print) -> Results:
-    """Run the chosen scenarios on a fresh environment; the results (also written to JSON_PATH if given)."""
+        log: Callable[[str], None] = print, peer_names: tuple[str, ...] = ()) -> Results:
+    """Run the chosen scenarios on a fresh environment (with the PEER_NAMES gateways started beside Relay for the
+    live scenarios); the results (also written to JSON_PATH if given)."""
     results = Results()
     env = BenchEnv.create(sizes, name=database)
+    peer_procs = []
     try:
+        for name in peer_names:
+            proc, key = peers.PEERS[name](env, log)
+            peer_procs.append(proc)
+            env.peers[name] = (proc.url, key)
         for name in [n for n in SCENARIOS if n in only]:
             started = time.monotonic()
             log(f"[bench] {name} ...")
             SCENARIOS[name](env, sizes, repeat, results)
             log(f"[bench] {name} done in {time.monotonic() - started:.0f} s")
     finally:
+        for proc in peer_procs:
+            proc.stop()
         env.close()
     if json_path is not None:
         results.write_json(json_path, " ".join(["python -m bench", *sys.argv[1:]]))
@@ -62,14 +73,20 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated scenarios (default all: {','.join(SCENARIOS)})")
     parser.add_argument("--repeat", type=int, default=3, help="runs per scenario; the table shows medians")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (minutes instead of a quarter hour)")
+    parser.add_argument("--peer", action="append", default=[], choices=sorted(peers.PEERS),
+                        help="also run the live scenarios against this gateway (installed on first use into "
+                             ".bench-peers/) and print Relay ÷ peer")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the JSON ({DEFAULT_JSON})")
     args = parser.parse_args(argv)
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in only if name not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
-    results = run(QUICK if args.quick else FULL, only, max(1, args.repeat), args.json)
+    results = run(QUICK if args.quick else FULL, only, max(1, args.repeat), args.json, peer_names=tuple(args.peer))
     print(results.table())
+    for name in args.peer:
+        print(f"\nRelay ÷ {name} (medians; below 1 is better for latency, above 1 for requests/s):\n")
+        print(peers.comparison(results, name))
     for note in results.notes:
         print(f"note: {note}")
     return 0

@@ -24,11 +24,15 @@ from tests.processes import RelayProcess, free_port, start_api, start_relay
 from tests.services import ServiceUrls, ensure_services, fresh_services
 
 MODEL = "gpt-4o-mini"
+TRICKLE_REPLY = "word " * 100  # streamed a couple of words at a time, CHUNK_DELAY_MS apart: a stream that lasts
+CHUNK_DELAY_MS = 50
+BIG_REPLY = "x" * 8_000_000  # one 8 MB delta: more than the sockets' buffers hold, so a gateway's write blocks
 FINAL = ("completed", "discarded", "cancelled")
 # Host keys by behaviour (latencies are set on the fake upstream per key).
 SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve().parent.parent / ".services"))
 WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk
-KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang"}
+KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang", "trickle": "sk-bench-trickle",
+        "big": "sk-bench-big"}
 
 
 def item_body(i: int, size: int = 1024) -> dict[str, Any]:
@@ -58,6 +62,7 @@ class BenchEnv:
     api: RelayProcess | None = None
     workers: RelayProcess | None = None
     http: requests.Session = field(default_factory=requests.Session)
+    peers: dict[str, tuple[str, str]] = field(default_factory=dict)  # peer gateway (--peer) → (base URL, key)
 
     @classmethod
     def create(cls, sizes: Sizes, name: str = "relay_bench") -> BenchEnv:
@@ -70,6 +75,8 @@ class BenchEnv:
         upstream.settings(request_log_size=10)  # keep the fake upstream light
         upstream.control(KEYS["slow"], latency_ms=sizes.slow_latency_ms)
         upstream.control(KEYS["hang"], latency_ms=120_000)
+        upstream.control(KEYS["trickle"], reply=TRICKLE_REPLY, chunk_delay_ms=CHUNK_DELAY_MS)
+        upstream.control(KEYS["big"], reply=BIG_REPLY)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "RELAY_DATABASE_URL": services.database_url,
                "RELAY_BROKER_URL": services.broker_url, "RELAY_ADMIN_TOKEN": "bench-admin-" + secrets.token_hex(12),
                "RELAY_SECRET_KEY": "bench-secret-" + secrets.token_hex(12),
@@ -96,10 +103,12 @@ class BenchEnv:
 
     # processes -------------------------------------------------------------------------------------------------
 
-    def start_api(self, workers: int = 2, threads: int = 32) -> RelayProcess:
+    def start_api(self, workers: int = 2, **overrides: Any) -> RelayProcess:
+        """`relay api --workers WORKERS`, with RELAY_* OVERRIDES (e.g. api_io_timeout_s=1)."""
         if self.api is not None:
             self.api.stop()
-        self.api = start_api(self.env, self.work, workers=workers, threads=threads)
+        env = {**self.env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
+        self.api = start_api(env, self.work, workers=workers)
         return self.api
 
     @property
@@ -198,7 +207,7 @@ class BenchEnv:
         res = self.http.put(self.api.url + "/admin/catalog", json=doc,
                             headers=auth, timeout=60)
         res.raise_for_status()
-        for policy in ("fast", "slow", "hang", "limited"):
+        for policy in ("fast", "slow", "hang", "limited", "trickle", "big"):
             res = self.http.post(self.api.url + "/admin/relay-keys", headers=auth, timeout=60, json={
                 "principal_kind": "service_account", "principal": "bench", "policy": policy})
             res.raise_for_status()
@@ -230,6 +239,8 @@ def catalog(upstream_url: str, rate_limit: int, window_s: int) -> dict[str, Any]
             {"name": "fast", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker},
             {"name": "slow", "models": ["*"], "key_pool": ["slow"], "circuit_breaker": breaker},
             {"name": "hang", "models": ["*"], "key_pool": ["hang"], "circuit_breaker": breaker},
+            {"name": "trickle", "models": ["*"], "key_pool": ["trickle"], "circuit_breaker": breaker},
+            {"name": "big", "models": ["*"], "key_pool": ["big"], "circuit_breaker": breaker},
             {"name": "limited", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker,
              "rate_limits": [{"requests": rate_limit, "per": f"{window_s}s"}]},
         ],

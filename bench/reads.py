@@ -1,11 +1,10 @@
 """Reads on a large finished batch: GET /v1/batches/{id} latency and streaming every result, with the API's
-memory watched; and live overhead: POST /v1/chat/completions through Relay against a direct call."""
+memory watched."""
 
 from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
@@ -13,7 +12,7 @@ import requests
 
 from bench import sysstat
 from bench.baselines import read_results_bare
-from bench.env import KEYS, BenchEnv, batch_body, item_body
+from bench.env import BenchEnv, batch_body
 from bench.report import Results
 from bench.sizes import Sizes
 
@@ -83,84 +82,7 @@ def _stream_results(env: BenchEnv, session: requests.Session, batch_id: str,
     return int(items[0]) / elapsed if items else 0.0, size, growth_kb * 1024.0
 
 
-def live(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
-    """Added latency of POST /v1/chat/completions through Relay over the same call sent straight upstream:
-    sequential (interleaved) and at LIVE_CLIENTS concurrent keep-alive clients."""
-    env.stop_workers()
-    body = json.dumps(item_body(0)).encode()
-    relay = (f"{env.api_url}/v1/chat/completions", env.keys["fast"])
-    direct = (f"{env.upstream.url}/v1/chat/completions", KEYS["fast"])
-    for _ in range(repeat):
-        seq_relay, seq_direct = _sequential(relay, direct, body, sizes.live_requests)
-        _record_overhead(results, "sequential", seq_relay, seq_direct, target=2.0)
-        conc_direct = _concurrent(direct, body, sizes.live_requests, sizes.live_clients)
-        conc_relay = _concurrent(relay, body, sizes.live_requests, sizes.live_clients)
-        _record_overhead(results, f"{sizes.live_clients} concurrent clients", conc_relay, conc_direct, target=None)
-
-
-def _record_overhead(results: Results, label: str, relay: list[float], direct: list[float],
-                     target: float | None) -> None:
-    p50_relay, p50_direct = statistics.median(relay) * 1000, statistics.median(direct) * 1000
-    p99_relay, p99_direct = _p99(relay) * 1000, _p99(direct) * 1000
-    results.add("live", f"{label}: added median latency", p50_relay - p50_direct, "ms",
-                target=("<=", target) if target is not None else None, baseline=p50_direct,
-                baseline_name="direct call's median")
-    results.add("live", f"{label}: added p99 latency", p99_relay - p99_direct, "ms", baseline=p99_direct,
-                baseline_name="direct call's p99")
-
-
-def _sequential(relay: tuple[str, str], direct: tuple[str, str], body: bytes,
-                count: int) -> tuple[list[float], list[float]]:
-    """COUNT calls each way on two keep-alive sessions, alternating so both see the same machine load."""
-    relay_times, direct_times = [], []
-    with requests.Session() as rs, requests.Session() as ds:
-        for _ in range(5):  # warm both connections and caches
-            _post(rs, relay, body)
-            _post(ds, direct, body)
-        for _ in range(count):
-            relay_times.append(_timed(lambda: _post(rs, relay, body)))
-            direct_times.append(_timed(lambda: _post(ds, direct, body)))
-    return relay_times, direct_times
-
-
-def _concurrent(target: tuple[str, str], body: bytes, count: int, clients: int) -> list[float]:
-    """COUNT calls from CLIENTS threads, each with its own keep-alive session; every call's latency."""
-    times: list[float] = []
-    lock = threading.Lock()
-    per_client = max(1, count // clients)
-
-    def client() -> None:
-        mine = []
-        with requests.Session() as session:
-            _post(session, target, body)
-            for _ in range(per_client):
-                mine.append(_timed(lambda: _post(session, target, body)))
-        with lock:
-            times.extend(mine)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return times
-
-
-def _post(session: requests.Session, target: tuple[str, str], body: bytes) -> requests.Response:
-    res = session.post(target[0], data=body, timeout=60,
-                       headers={"Authorization": f"Bearer {target[1]}", "content-type": "application/json"})
-    if res.status_code != 200:
-        raise RuntimeError(f"{target[0]} answered {res.status_code}: {res.text[:300]}")
-    return res
-
-
 def _timed(call: Callable[[], object]) -> float:
     started = time.perf_counter()
     call()
     return time.perf_counter() - started
-
-
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-

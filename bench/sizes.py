@@ -22,12 +22,17 @@ class Sizes:
     live_clients: int = 32
     cancel_items: int = 200  # in flight on two worker processes
     files_items: int = 100_000  # run to the end to count the files the payload store created
+    slow_clients: int = 500  # connections held open by slow clients
+    slow_probes: int = 200  # /healthz and live calls made meanwhile
+    slow_wait_s: float = 60.0  # how long partial requests may take to be dropped (deadlines 15 s and 30 s)
+    api_deadlines: tuple[int, float] | None = None  # (header, I/O) deadlines of the API; None: the defaults
 
 
 FULL = Sizes()
 QUICK = Sizes(accept=(2_000, 10_000), drain=4_000, slow_items=1_000, slow_concurrency=200, limited_items=1_500,
               rate_limit=1_000, rate_window_s=20, reads_items=10_000, read_gets=30, live_requests=300,
-              cancel_items=100, files_items=10_000)
+              cancel_items=100, slow_probes=50, files_items=10_000)
 TINY = Sizes(accept=(40,), drain=60, drain_workers=(1, 4), slow_items=20, slow_concurrency=10, slow_latency_ms=200,
              limited_items=30, rate_limit=20, rate_window_s=2, reads_items=50, read_gets=5, live_requests=20,
-             live_clients=4, cancel_items=6, files_items=40)
+             live_clients=4, cancel_items=6, slow_clients=20, slow_probes=5, slow_wait_s=15.0,
+             api_deadlines=(1, 1.0), files_items=40)

@@ -58,10 +58,11 @@ def start_relay(args: list[str], env: dict[str, str], log_path: Path) -> RelayPr
     return RelayProcess(proc=proc, log_path=log_path)
 
 
-def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, threads: int = 16) -> RelayProcess:
+def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, connections: int = 1000) -> RelayProcess:
     """Start `relay api` on a free port and wait until /readyz answers 200."""
     port = free_port()
-    api = start_relay(["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads)],
+    api = start_relay(["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+                       "--connections", str(connections)],
                       env, log_dir / f"api-{port}.log")
     api.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -1,10 +1,88 @@
-"""Run the Flask app under gunicorn (gthread workers: keep-alive, streaming, TCP_NODELAY)."""
+"""Run the Flask app under gunicorn's gevent worker: one greenlet per connection, so a slow client holds a few KB of
+its own, never a thread another request needs.
+
+The worker (RelayGeventWorker) adds what gunicorn's gevent worker lacks for Relay:
+- TCP_NODELAY on every connection (a keep-alive client would otherwise wait ~40 ms per request for delayed ACKs);
+- a deadline for a request's line and headers (RELAY_API_HEADER_TIMEOUT_S, also the keep-alive idle time) and one
+  for every read or write on the connection (RELAY_API_IO_TIMEOUT_S: a body that stops arriving is a 408, a stream
+  nobody reads is cut and recorded as `client_disconnected`): the connection is dropped;
+- malformed HTTP (bad request line or headers, an oversize URI or header block, a bad Content-Length or chunked
+  body) answered with Relay's JSON error shape instead of gunicorn's HTML page;
+- on a graceful stop (SIGTERM), the process's runtime is closed after the last request: the usage writer commits
+  everything pending first.
+
+The process must be monkey-patched by gevent before psycopg is imported (psycopg picks its wait function at import
+time), so `relay api` starts a fresh interpreter that patches first (app.commands.server).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import socket
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.http import errors as http_errors
+from gunicorn.workers.base_async import AsyncWorker
+from gunicorn.workers.ggevent import GeventWorker
+
+log = logging.getLogger("relay.api.server")
+GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
+
+# gunicorn's parse errors → (status, Relay error code, message); the first matching class wins.
+_PARSE_ERRORS: tuple[tuple[type[BaseException], int, str, str], ...] = (
+    (http_errors.LimitRequestLine, 414, "uri_too_long", "the request line is too long"),
+    (http_errors.LimitRequestHeaders, 431, "headers_too_large", "too many or too large request headers"),
+    (http_errors.UnsupportedTransferCoding, 501, "unsupported_transfer_coding", "unsupported Transfer-Encoding"),
+    (http_errors.ExpectationFailed, 417, "expectation_failed", "unsupported Expect header"),
+    (http_errors.InvalidRequestLine, 400, "invalid_request_line", "the request line is not valid HTTP"),
+    (http_errors.InvalidRequestMethod, 400, "invalid_request_line", "the request method is not valid"),
+    (http_errors.InvalidHTTPVersion, 400, "invalid_http_version", "unsupported HTTP version"),
+    (http_errors.InvalidHeaderName, 400, "invalid_header", "a request header name is not valid"),
+    (http_errors.InvalidHeader, 400, "invalid_header", "a request header is not valid (Content-Length included)"),
+    (http_errors.ObsoleteFolding, 400, "invalid_header", "folded request headers are not accepted"),
+    (http_errors.InvalidChunkSize, 400, "invalid_chunked_body", "the chunked request body is malformed"),
+    (http_errors.ChunkMissingTerminator, 400, "invalid_chunked_body", "the chunked request body is malformed"),
+    (http_errors.InvalidChunkExtension, 400, "invalid_chunked_body", "the chunked request body is malformed"),
+    (http_errors.ParseException, 400, "bad_request", "the request is not valid HTTP"),
+)
+_REASONS = {400: "Bad Request", 414: "URI Too Long", 417: "Expectation Failed",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented"}
+
+
+def error_answer(exc: BaseException) -> bytes:
+    """The whole HTTP answer (connection closed after it) for a request gunicorn could not parse."""
+    status, code, message = 500, "internal_error", "internal error"
+    for kind, kind_status, kind_code, kind_message in _PARSE_ERRORS:
+        if isinstance(exc, kind):
+            status, code, message = kind_status, kind_code, kind_message
+            break
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
+    """gunicorn's gevent worker with TCP_NODELAY, I/O deadlines and JSON answers to malformed HTTP."""
+
+    io_timeout_s = 30.0  # set from the settings before the workers fork
+
+    def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip to its base
+        AsyncWorker.handle(self, listener, client, addr)
+
+    def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
+        if isinstance(exc, http_errors.ParseException):
+            self.log.info("malformed request from %s: %s", (addr or ("",))[0], type(exc).__name__)
+        else:
+            self.log.exception("error handling a request")
+        try:
+            client.sendall(error_answer(exc))
+        except OSError:
+            pass
 
 
 class _RelayGunicorn(BaseApplication):  # type: ignore[misc]
@@ -23,15 +101,25 @@ class _RelayGunicorn(BaseApplication):  # type: ignore[misc]
         return create_app()
 
 
-def run_gunicorn(*, bind: str, workers: int, threads: int) -> None:
+def _close_runtime(_server: Any, worker: Any) -> None:
+    """gunicorn's worker_exit hook: commit pending usage records and close the process's resources."""
+    app = getattr(worker, "wsgi", None)
+    runtime = getattr(app, "extensions", {}).get("relay") if app is not None else None
+    if runtime is not None:
+        runtime.close()
+
+
+def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float) -> None:
+    RelayGeventWorker.io_timeout_s = io_timeout_s
     options = {
         "bind": bind,
         "workers": workers,
-        "threads": threads,
-        "worker_class": "gthread",
-        "keepalive": 75,
-        "timeout": 0,  # LLM calls and streams can be long; gthread heartbeats keep workers alive
-        "graceful_timeout": 30,
+        "worker_class": "app.api.server.RelayGeventWorker",
+        "worker_connections": connections,
+        "keepalive": header_timeout_s,
+        "timeout": 30,  # the arbiter's liveness check of a worker (its heartbeat runs on the gevent hub)
+        "graceful_timeout": GRACEFUL_TIMEOUT_S,
+        "worker_exit": _close_runtime,
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "warning",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -166,6 +167,8 @@ class _Scanner:
             parsed.starts.append(pos)
             parsed.ends.append(end)
             parsed.models.append(str(item.get("model", "")) if isinstance(item, dict) else "")
+            if parsed.count % 256 == 0:
+                time.sleep(0)  # long validation: let the other requests of a gevent API worker run
             pos = _skip(text, end)
             if text.startswith(",", pos):
                 pos = _skip(text, pos + 1)

@@ -19,6 +19,7 @@ from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNot
 from app.batches.finals import cancel_queued
 from app.batches.intake import parse_batch
 from app.batches.origin import BatchOrigin
+from app.blocking import off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -94,7 +95,7 @@ def _store_batch(conn: psycopg.Connection[Any], batch: dict[str, Any], bodies: I
     with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:
         inserted = pool.submit(insert)
         try:
-            payloads.write_requests(batch["id"], bodies)
+            off_the_hub(payloads.write_requests, batch["id"], bodies)  # the COPY runs meanwhile
         finally:
             row = inserted.result()  # the connection is ours again before the transaction ends
     return row

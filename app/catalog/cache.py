@@ -1,6 +1,6 @@
 """CatalogCache: the snapshot every request reads, reloaded within ~1 s of a change made on any replica.
 
-A background thread LISTENs on `relay_catalog` over a dedicated autocommit connection and, every
+A background thread (app.notify) LISTENs on `relay_catalog` over a dedicated autocommit connection and, every
 `cache_poll_interval_s` (or at once on a notification), compares `catalog_version` with the snapshot's;
 when they differ it reloads the whole snapshot. The poll covers lost notifications and reconnects.
 Reading a snapshot costs no database round trip.
@@ -15,7 +15,6 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from app.catalog import store
@@ -23,13 +22,13 @@ from app.catalog.model import Policy
 from app.catalog.secrets import SecretBox
 from app.catalog.snapshot import CatalogSnapshot, CredentialRows, build_snapshot
 from app.credentials import store as credential_store
+from app.notify import NotifyListener
 from app.runtime import Runtime
 from app.settings import Settings
 
 log = logging.getLogger("relay.catalog")
 SERVICE_NAME = "catalog"
 LISTENER_NAME = "relay-catalog-listener"  # application_name of the LISTEN connection
-_create_lock = threading.Lock()
 
 
 def load_snapshot(conn: psycopg.Connection[Any], box: SecretBox) -> CatalogSnapshot:
@@ -53,15 +52,15 @@ class CatalogCache:
         self._reload_lock = threading.Lock()
         self._check_lock = threading.Lock()
         self._last_check_started = 0.0
-        self._stop = threading.Event()
         self.reloads = 0  # how many snapshots were loaded (for tests and metrics)
         self.version_checks = 0  # how many version reads were made
         with pool.connection() as conn:
             self._snapshot = load_snapshot(conn, self._box)
-        self._thread: threading.Thread | None = None
+        self._listener: NotifyListener | None = None
         if listen:
-            self._thread = threading.Thread(target=self._listen, name="relay-catalog-listener", daemon=True)
-            self._thread.start()
+            self._listener = NotifyListener(settings.database_url, [store.NOTIFY_CHANNEL], name=LISTENER_NAME,
+                                            interval=settings.cache_poll_interval_s, on_connect=self._catch_up,
+                                            on_wake=lambda conn, _payloads: self._catch_up(conn)).start()
 
     def snapshot(self) -> CatalogSnapshot:
         """The current snapshot (no I/O)."""
@@ -102,9 +101,8 @@ class CatalogCache:
 
     def close(self) -> None:
         """Stop the listener thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._settings.cache_poll_interval_s + 5)
+        if self._listener is not None:
+            self._listener.close()
 
     def _catch_up(self, conn: psycopg.Connection[Any]) -> CatalogSnapshot:
         self.version_checks += 1
@@ -126,41 +124,10 @@ class CatalogCache:
                 self._snapshot = fresh
             return self._snapshot
 
-    def _listen(self) -> None:
-        """LISTEN for changes; poll the version as a fallback; reconnect with backoff on any failure."""
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._settings.database_url, autocommit=True, row_factory=dict_row,
-                                     connect_timeout=5, application_name=LISTENER_NAME) as conn:
-                    store.listen_for_changes(conn)
-                    self._catch_up(conn)
-                    backoff = 0.5
-                    self._wait_for_changes(conn)
-            except Exception as exc:  # any failure: log the kind only, then reconnect
-                if not self._stop.is_set():
-                    log.warning("catalog listener: %s; reconnecting in %.1fs", type(exc).__name__, backoff)
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, 5.0)
-
-    def _wait_for_changes(self, conn: psycopg.Connection[Any]) -> None:
-        interval = max(0.05, self._settings.cache_poll_interval_s)
-        while not self._stop.is_set():
-            for _ in conn.notifies(timeout=interval, stop_after=1):
-                pass
-            self._catch_up(conn)
-
 
 def get_catalog(runtime: Runtime) -> CatalogCache:
     """This process's CatalogCache, created (and its listener started) on first use."""
-    cache = runtime.services.get(SERVICE_NAME)
-    if cache is None:
-        with _create_lock:
-            cache = runtime.services.get(SERVICE_NAME)
-            if cache is None:
-                cache = CatalogCache(runtime.settings, runtime.pool)
-                runtime.services[SERVICE_NAME] = cache
-    return cache  # type: ignore[no-any-return]
+    return runtime.service(SERVICE_NAME, lambda: CatalogCache(runtime.settings, runtime.pool))
 
 
 def refresh_after_write(runtime: Runtime, version: int) -> None:

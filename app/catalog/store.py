@@ -59,11 +59,6 @@ def begin_consistent_read(conn: Connection[Any]) -> None:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
-def listen_for_changes(conn: Connection[Any]) -> None:
-    """LISTEN on relay_catalog (on an autocommit connection kept for that)."""
-    conn.execute("LISTEN " + NOTIFY_CHANNEL)
-
-
 def load_catalog_rows(conn: Connection[Any]) -> CatalogRows:
     """Read the whole catalog (call inside a REPEATABLE READ transaction for a consistent view)."""
     q = conn.execute

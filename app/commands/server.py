@@ -18,10 +18,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("migrate", help="apply database migrations")
     p.set_defaults(func=cmd_migrate)
 
-    p = sub.add_parser("api", help="run the HTTP API under gunicorn")
+    p = sub.add_parser("api", help="run the HTTP API under gunicorn (gevent workers)")
     p.add_argument("--bind", default=os.environ.get("RELAY_API_BIND", "127.0.0.1:8080"))
     p.add_argument("--workers", type=int, default=int(os.environ.get("RELAY_API_WORKERS", "2")))
-    p.add_argument("--threads", type=int, default=int(os.environ.get("RELAY_API_THREADS", "32")))
+    p.add_argument("--connections", type=int, default=int(os.environ.get("RELAY_API_CONNECTIONS", "1000")),
+                   help="open connections per worker process, at most (each a greenlet)")
     p.set_defaults(func=cmd_api)
 
     p = sub.add_parser("worker", help="run the Dramatiq batch workers")
@@ -54,6 +55,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
+    if "gevent.monkey" not in sys.modules:  # patch before anything imports psycopg or socket: a fresh interpreter
+        argv = ["--bind", args.bind, "--workers", str(args.workers), "--connections", str(args.connections)]
+        os.execv(sys.executable, [sys.executable, "-c", _GEVENT_API_MAIN, *argv])  # noqa: S606
     settings = Settings.from_env()
     preflight(settings)
     apply_migrations(settings.database_url)
@@ -61,7 +65,8 @@ def cmd_api(args: argparse.Namespace) -> int:
     from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
-    run_gunicorn(bind=args.bind, workers=args.workers, threads=args.threads)
+    run_gunicorn(bind=args.bind, workers=args.workers, connections=args.connections,
+                 header_timeout_s=settings.api_header_timeout_s, io_timeout_s=settings.api_io_timeout_s)
     return 0
 
 
@@ -84,6 +89,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return int(dramatiq_main() or 0)
 
 
+_GEVENT_API_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from app.cli import main;"
+                    " sys.exit(main(['api', *sys.argv[1:]]))")
 # What `dramatiq-gevent` does: patch everything, then Dramatiq's CLI (its worker processes inherit the patch).
 _GEVENT_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from dramatiq.cli import main;"
                 " sys.exit(main())")

@@ -11,6 +11,7 @@ import time
 
 from app.catalog.cache import get_catalog
 from app.catalog.model import Policy
+from app.db import autocommit
 from app.errors import RateLimited, RelayError
 from app.observability.metrics import count_rate_limited
 from app.pipeline import routing
@@ -44,7 +45,7 @@ def _reserve(runtime: Runtime, policy: Policy) -> Reservation | None:
     if not policy.rate_limits:
         return None
     try:
-        with runtime.pool.connection() as conn:
+        with autocommit(runtime.pool) as conn:
             return reserve(conn, policy.rate_limits)
     except RateLimited:
         count_rate_limited(policy.name)

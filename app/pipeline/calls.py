@@ -10,6 +10,7 @@ from app.errors import RelayError, UpstreamFailed
 from app.observability.metrics import observe_upstream
 from app.pipeline import keypool, upstream
 from app.pipeline.interrupt import Interrupted
+from app.pipeline.keyhealth import get_key_health
 from app.pipeline.plan import Plan
 from app.pipeline.stream import stream_result
 from app.pipeline.types import InferenceCall, InferenceResult
@@ -39,8 +40,7 @@ def is_retryable(status: int) -> bool:
 def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, recorder: Recorder) -> InferenceResult:
     """Send the planned request with each candidate key until one answers with a non-retryable status."""
     policy = plan.route.policy
-    with autocommit(runtime.pool) as conn:  # one read: no BEGIN/COMMIT round trips
-        candidates = keypool.order_candidates(conn, policy, plan.route.binding.host.id)
+    candidates = keypool.order_candidates(get_key_health(runtime).health, policy, plan.route.binding.host.id)
     if not candidates:
         raise NoKeyAvailable("no_key_available", f"policy {policy.name!r} has no usable key for host "
                              f"{plan.route.binding.host.name!r} (none in its pool, or every breaker is open)")
@@ -65,8 +65,12 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
 
 
 def _claim_probe(runtime: Runtime, plan: Plan, candidate: keypool.Candidate) -> bool:
+    """Claim the probe in Postgres (exactly one caller of all replicas wins it), never from the cache."""
     with autocommit(runtime.pool) as conn:
-        return keypool.claim_probe(conn, plan.route.policy, candidate.key)
+        claimed = keypool.claim_probe(conn, plan.route.policy, candidate.key)
+    if claimed:
+        get_key_health(runtime).invalidate(candidate.key.id)
+    return claimed
 
 
 def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> upstream.UpstreamResponse | None:

@@ -1,15 +1,16 @@
 """The host-key pool: which keys a call may use, in what order, and per-key circuit breakers.
 
-Breaker state lives in Postgres (key_health) so every replica skips a key that failed anywhere.
-After the cool-down one caller claims the probe (re-arming the open period for everyone else);
-a success closes the breaker, a failure leaves it open.
+Breaker state lives in Postgres (key_health) so every replica skips a key that failed anywhere; each process reads
+it through its KeyHealthCache (app/pipeline/keyhealth.py, invalidated by NOTIFY). After the cool-down one caller
+claims the probe in Postgres (re-arming the open period for everyone else); a success closes the breaker, a failure
+leaves it open.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
@@ -72,12 +73,14 @@ def pool_for_host(policy: Policy, host_id: UUID) -> list[HostKey]:
     return [k for k in policy.key_pool if k.host_id == host_id and k.enabled]
 
 
-def order_candidates(conn: Connection, policy: Policy, host_id: UUID) -> list[Candidate]:
-    """The keys to try, ordered by the policy's strategy; keys whose breaker is open are left out."""
+def order_candidates(health_of: Callable[[list[UUID]], dict[UUID, KeyHealth]], policy: Policy,
+                     host_id: UUID) -> list[Candidate]:
+    """The keys to try, ordered by the policy's strategy; keys whose breaker is open are left out. HEALTH_OF gives
+    the state of keys by id (the process's KeyHealthCache)."""
     keys = pool_for_host(policy, host_id)
     if not keys:
         return []
-    health = _load_health(conn, [k.id for k in keys])
+    health = health_of([k.id for k in keys])
     now = datetime.now(UTC)
     ordered = _by_strategy(policy, host_id, keys, health)
     # A key whose cool-down has passed keeps its place: one caller claims the probe (claim_probe).
@@ -105,6 +108,11 @@ def success_statement(candidate: Candidate, *, track_use: bool) -> Statement | N
     return None
 
 
+def touch_statement(key: HostKey) -> Statement:
+    """The write of a use that changes no breaker state (least-recently-used selection's last-use time)."""
+    return _SUCCESS, [key.id]
+
+
 def record_failure(conn: Connection, policy: Policy, key: HostKey) -> None:
     """Count a failure; open the breaker at the policy's threshold for its cool-down."""
     conn.execute(*failure_statement(policy, key))
@@ -116,7 +124,8 @@ def failure_statement(policy: Policy, key: HostKey) -> Statement:
     return _FAILURE, [key.id, threshold, cooldown, threshold, cooldown]
 
 
-def _load_health(conn: Connection, ids: list[UUID]) -> dict[UUID, KeyHealth]:
+def load_health(conn: Connection, ids: list[UUID]) -> dict[UUID, KeyHealth]:
+    """The stored state of the keys IDS that have a row."""
     rows = conn.execute(_HEALTH, (ids,)).fetchall()
     return {r["host_key_id"]: KeyHealth(r["consecutive_failures"], r["opened_until"], r["last_used_at"])  # type: ignore[call-overload]
             for r in rows}

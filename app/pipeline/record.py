@@ -1,29 +1,41 @@
 """The pipeline's bookkeeping: the usage event, rate-limit tokens, breaker updates and payload logs, gathered into
-one usage record when the call ends (or is rejected) and handed to the usage writer (a batch item's record is left
-on the call, for the item's final commit)."""
+one usage record when the call ends (or is rejected) and handed to the process's usage writer, which commits it a
+few milliseconds later with the others pending, off the answer's path (a batch item's record is left on the call,
+for the item's final commit). Breaker outcomes also go to the process's KeyHealthCache at once."""
 
 from __future__ import annotations
 
 import json
 import logging
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import PoolTimeout
 
 from adapters.base import Usage
-from app.catalog.model import HostKey
-from app.db import Statement
+from app.catalog.model import HostKey, Policy
+from app.db import Statement, autocommit
 from app.errors import RelayError
 from app.pipeline import keypool, ratelimit
+from app.pipeline.keyhealth import get_key_health
 from app.pipeline.payload_log import PayloadLog, payload_log_statement
 from app.pipeline.plan import Plan
 from app.pipeline.types import InferenceCall, InferenceResult
 from app.usage.events import UsageEvent, cost_nanos
-from app.usage.writer import UsageRecord, write_now
+from app.usage.writer import GroupWriter, UsageRecord
 
 if TYPE_CHECKING:
     from app.pipeline.routing import Route
     from app.runtime import Runtime
 
 log = logging.getLogger("relay.pipeline")
+WRITER_SERVICE = "usage_writer"
+
+
+def usage_writer(runtime: Runtime) -> GroupWriter:
+    """This process's writer of live calls' usage records (flushed and stopped by Runtime.close)."""
+    return runtime.service(WRITER_SERVICE, lambda: GroupWriter(runtime.pool, name="relay-live-usage-writer"))
 
 
 class Recorder:
@@ -37,13 +49,35 @@ class Recorder:
         self.attempts = 0
         self.used: keypool.Candidate | None = None
         self.failed: list[HostKey] = []
+        self.unwritten: list[Statement] = []  # breaker writes of a live call that could not be made at once
         self.recorded = False
 
     def key_used(self, candidate: keypool.Candidate) -> None:
         self.used = candidate
+        if self.call.record_later or self.route is None:
+            return
+        if _closes_breaker(candidate):
+            self._write_breaker(keypool.success_statement(candidate, track_use=True), candidate.key.id)
+        elif self.route.policy.key_selection == "least_recently_used":
+            get_key_health(self.runtime).note_use(candidate.key.id)
 
     def key_failed(self, key: HostKey) -> None:
         self.failed.append(key)
+        if not self.call.record_later and self.route is not None:
+            self._write_breaker(keypool.failure_statement(self.route.policy, key), key.id)
+
+    def _write_breaker(self, statement: Statement | None, key_id: UUID) -> None:
+        """A live call's failure or closing breaker, written at once (it follows an upstream answer or error, not on
+        the fast path) so that the next call, on this replica or another, sees it; the usage record retries it."""
+        if statement is None:
+            return
+        try:
+            with autocommit(self.runtime.pool) as conn:
+                conn.execute(*statement)
+        except (psycopg.Error, PoolTimeout) as exc:
+            log.warning("breaker write failed (%s); left to the usage writer", type(exc).__name__)
+            self.unwritten.append(statement)
+        get_key_health(self.runtime).invalidate(key_id)
 
     def record_rejection(self, exc: RelayError) -> None:
         """A call rejected after authentication still gets its usage event, with the error code."""
@@ -67,9 +101,9 @@ class Recorder:
 
     def record(self, *, status: int, error_code: str | None, usage: Usage, upstream_status: int | None = None,
                streamed: bool = False, payload: tuple[Any, bytes] | None = None, counted: bool = True) -> None:
-        """Gather the usage event and its side writes into one record: written now (live calls), or left on the
-        call for the batch item's final commit (record_later). COUNTED is false when USAGE is not the call's whole
-        usage (a stream that ended before its usage came): the cost is then null, not a guess."""
+        """Gather the usage event and its side writes into one record: queued on the usage writer (live calls), or
+        left on the call for the batch item's final commit (record_later). COUNTED is false when USAGE is not the
+        call's whole usage (a stream that ended before its usage came): the cost is then null, not a guess."""
         self.recorded = True
         event = self._event(status, error_code, usage, upstream_status, streamed, counted)
         extra = self._statements(usage, payload)
@@ -77,7 +111,7 @@ class Recorder:
             if self.call.record_later:
                 self.call.pending = UsageRecord(event, tuple(extra))
             else:
-                write_now(self.runtime.pool, UsageRecord(event, tuple(extra)))
+                usage_writer(self.runtime).record(UsageRecord(event, tuple(extra)))
         finally:
             if self.call.interrupter is not None and not streamed:
                 self.call.interrupter.release()
@@ -90,12 +124,24 @@ class Recorder:
         policy = self.route.policy if self.route else None
         if policy is None:
             return statements
-        statements += [keypool.failure_statement(policy, key) for key in dict.fromkeys(self.failed)]
-        if self.used is not None:
-            success = keypool.success_statement(self.used, track_use=policy.key_selection == "least_recently_used")
-            statements += [success] if success is not None else []
+        statements += self._breaker_statements(policy)
         if payload is not None and policy.payload_logging and self.call.source == "live":
             statements.append(payload_log_statement(self._payload(payload)))
+        return statements
+
+    def _breaker_statements(self, policy: Policy) -> list[Statement]:
+        """The breaker writes left for the record: all of them for a batch item (committed with its final state);
+        for a live call the last use of least-recently-used selection and whatever could not be written at once."""
+        track_use = policy.key_selection == "least_recently_used"
+        if not self.call.record_later:
+            statements = list(self.unwritten)
+            if self.used is not None and track_use and not _closes_breaker(self.used):
+                statements.append(keypool.touch_statement(self.used.key))
+            return statements
+        statements = [keypool.failure_statement(policy, key) for key in dict.fromkeys(self.failed)]
+        if self.used is not None:
+            success = keypool.success_statement(self.used, track_use=track_use)
+            statements += [success] if success is not None else []
         return statements
 
     def _event(self, status: int, error_code: str | None, usage: Usage, upstream_status: int | None,
@@ -121,6 +167,11 @@ class Recorder:
         request_body = json.dumps(payload[0], ensure_ascii=False).encode()
         return PayloadLog.capped(self.call.request_id, request_body, payload[1],
                                  self.runtime.settings.payload_log_max_bytes)
+
+
+def _closes_breaker(candidate: keypool.Candidate) -> bool:
+    """A success on this key resets a failure count or an open breaker."""
+    return bool(candidate.health.failures) or candidate.health.opened_until is not None
 
 
 def _usage_of(plan: Plan, body: bytes) -> Usage:

@@ -46,7 +46,7 @@ def test_metrics_recorded_in_forked_children_add_up_after_a_stale_directory_is_e
 def test_a_two_worker_api_reports_the_requests_of_both_workers(settings_env, tmp_path: Path) -> None:
     directory = tmp_path / "prom"
     directory.mkdir()
-    api = start_api({**settings_env, "PROMETHEUS_MULTIPROC_DIR": str(directory)}, tmp_path, workers=2, threads=4)
+    api = start_api({**settings_env, "PROMETHEUS_MULTIPROC_DIR": str(directory)}, tmp_path, workers=2)
     try:
         with ThreadPoolExecutor(8) as pool:
             codes = list(pool.map(lambda _: requests.get(api.url + "/healthz", timeout=10).status_code, range(40)))

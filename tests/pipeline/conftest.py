@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from app.pipeline.keyhealth import get_key_health
 from tests.fake_upstream.harness import start_fake_upstream
+from tests.pipeline.helpers import settle
 
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60, "cached_input_per_mtok": 0.075}
 
@@ -92,6 +94,9 @@ def _fresh_state(request: pytest.FixtureRequest) -> None:
     """Each test starts with a fresh fake upstream and closed breakers."""
     if "upstream" in request.fixturenames:
         request.getfixturevalue("upstream").reset()
-        with request.getfixturevalue("runtime").pool.connection() as conn:
+        runtime = request.getfixturevalue("runtime")
+        settle(runtime)  # the previous test's calls are committed before their state is wiped
+        with runtime.pool.connection() as conn:
             conn.execute("DELETE FROM key_health")
             conn.execute("DELETE FROM rate_limit_windows")
+        get_key_health(runtime).invalidate()  # its NOTIFY arrives a moment later

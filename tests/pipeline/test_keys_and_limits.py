@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 import requests
 
-from tests.pipeline.helpers import CHAT, chat, usage_event
+from tests.pipeline.helpers import CHAT, chat, settle, usage_event
 
 pytestmark = pytest.mark.integration
 
@@ -151,8 +151,9 @@ def test_a_429_carries_retry_after_and_ratelimit_headers(client, make_key) -> No
     assert res.headers["x-ratelimit-remaining-requests"] == "0"
 
 
-def test_tokens_from_the_upstreams_usage_spend_the_token_budget(client, make_key) -> None:
+def test_tokens_from_the_upstreams_usage_spend_the_token_budget(client, make_key, runtime) -> None:
     key = make_key("token-limited")
     assert chat(client, key).status_code == 200
+    settle(runtime)  # tokens are counted when the usage writer commits the call, just after its answer
     res = chat(client, key)
     assert res.status_code == 429

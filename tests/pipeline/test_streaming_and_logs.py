@@ -36,6 +36,8 @@ def test_a_streamed_anthropic_message_records_input_and_output_tokens(client, ma
 def test_payloads_are_logged_only_when_the_policy_asks(client, make_key, runtime) -> None:
     logged = chat(client, make_key("logged"))
     quiet = chat(client, make_key("main"))
+    usage_event(runtime, logged.headers["x-request-id"])  # the payload log is committed with the usage event
+    usage_event(runtime, quiet.headers["x-request-id"])
     with runtime.pool.connection() as conn:
         row = conn.execute("SELECT * FROM payload_logs WHERE request_id = %s",
                            (logged.headers["x-request-id"],)).fetchone()

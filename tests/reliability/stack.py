@@ -142,7 +142,7 @@ class Stack:
     def start_api(self, **overrides: Any) -> RelayProcess:
         """A real `relay api` (gunicorn, one worker) on a free port, with RELAY_* OVERRIDES."""
         env = {**self.env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
-        api = start_api(env, self.logs, workers=1, threads=8)
+        api = start_api(env, self.logs, workers=1)
         self.processes.append(api)
         return api
 

@@ -1,0 +1,64 @@
+"""A background thread that LISTENs on Postgres channels over its own autocommit connection, reconnecting with a
+backoff; the per-process caches (catalog, key health) build on it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+log = logging.getLogger("relay.notify")
+Connection = psycopg.Connection[Any]
+
+
+class NotifyListener:
+    """LISTEN on CHANNELS; ON_CONNECT(conn) after every (re)connect (notifications sent while disconnected are
+    lost: catch up there), ON_WAKE(conn, payloads) after each notification or INTERVAL seconds without one."""
+
+    def __init__(self, database_url: str, channels: Sequence[str], *, name: str, interval: float,
+                 on_connect: Callable[[Connection], object],
+                 on_wake: Callable[[Connection, list[str]], object]) -> None:
+        self._url = database_url
+        self._channels = tuple(channels)
+        self._name = name
+        self._interval = max(0.05, interval)
+        self._on_connect = on_connect
+        self._on_wake = on_wake
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> NotifyListener:
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread (it notices within INTERVAL)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self._interval + 5 if timeout is None else timeout)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True, row_factory=dict_row, connect_timeout=5,
+                                     application_name=self._name) as conn:
+                    for channel in self._channels:
+                        conn.execute(f"LISTEN {channel}")
+                    self._on_connect(conn)
+                    backoff = 0.5
+                    self._wait(conn)
+            except Exception as exc:  # any failure: log the kind only, then reconnect
+                if not self._stop.is_set():
+                    log.warning("%s: %s; reconnecting in %.1fs", self._name, type(exc).__name__, backoff)
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _wait(self, conn: Connection) -> None:
+        while not self._stop.is_set():
+            payloads = [note.payload for note in conn.notifies(timeout=self._interval, stop_after=1)]
+            self._on_wake(conn, payloads)

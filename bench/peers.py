@@ -1,0 +1,90 @@
+"""Peer gateways for `python -m bench --peer NAME`: installed on first use into their own virtualenv under
+`.bench-peers/` (git-ignored; never a dependency of Relay) and started beside Relay on the same fake upstream, so
+the live scenarios run against both and the report shows Relay ÷ peer."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+
+from bench.env import KEYS, MODEL, BenchEnv
+from bench.report import Results
+from tests.processes import RelayProcess, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS_DIR = ROOT / ".bench-peers"
+LITELLM = "litellm[proxy]==1.108.7"  # the version the issue compared against
+# model name on the peer → the fake upstream key it calls with (the same keys Relay's bench policies use)
+PEER_MODELS = {MODEL: KEYS["fast"], f"{MODEL}-trickle": KEYS["trickle"], f"{MODEL}-big": KEYS["big"]}
+
+
+def install_litellm(log: Callable[[str], None]) -> Path:
+    """The `litellm` command of .bench-peers/litellm, installing it there first when missing."""
+    venv = PEERS_DIR / "litellm"
+    command = venv / "bin" / "litellm"
+    if not command.exists():
+        log(f"[bench] installing {LITELLM} into {venv} (first use only) ...")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", LITELLM],
+                       check=True)
+    return command
+
+
+def litellm_config(upstream_url: str, master_key: str) -> str:
+    """A LiteLLM proxy config: each peer model is an OpenAI-compatible model on the fake upstream (YAML is JSON)."""
+    models = [{"model_name": name, "litellm_params": {"model": f"openai/{MODEL}", "api_base": f"{upstream_url}/v1",
+                                                      "api_key": key}}
+              for name, key in PEER_MODELS.items()]
+    return json.dumps({"model_list": models, "litellm_settings": {"drop_params": True},
+                       "general_settings": {"master_key": master_key}})
+
+
+def start_litellm(env: BenchEnv, log: Callable[[str], None], workers: int = 2) -> tuple[RelayProcess, str]:
+    """The LiteLLM proxy (WORKERS processes, as many as Relay's API) on a free loopback port, once it answers, and
+    its master key (the callers' key)."""
+    command = install_litellm(log)
+    config = env.work / "litellm.yaml"
+    key = "sk-bench-peer-" + secrets.token_hex(16)
+    config.write_text(litellm_config(env.upstream.url, key))
+    port = free_port()
+    log_path = env.work / f"litellm-{port}.log"
+    proc = subprocess.Popen([str(command), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+                             "--num_workers", str(workers)], stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=env.work)
+    peer = RelayProcess(proc=proc, log_path=log_path, url=f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"litellm exited early:\n{peer.log()[-3000:]}")
+        try:
+            if requests.get(peer.url + "/health/liveliness", timeout=2).status_code == 200:
+                return peer, key
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    peer.stop()
+    raise RuntimeError(f"litellm did not start:\n{peer.log()[-3000:]}")
+
+
+PEERS: dict[str, Callable[[BenchEnv, Callable[[str], None]], tuple[RelayProcess, str]]] = {
+    "litellm": start_litellm}
+
+
+def comparison(results: Results, peer: str) -> str:
+    """A Markdown table of every figure measured on Relay and on PEER: both medians and Relay ÷ peer."""
+    lines = [f"| figure | Relay | {peer} | Relay ÷ {peer} |", "|---|---|---|---|"]
+    for (scenario, name), fig in results.figures.items():
+        other = results.figures.get((f"{scenario} ({peer})", name))
+        if other is None:
+            continue
+        ratio = f"{fig.median / other.median:.2f}x" if other.median else ""
+        lines.append(f"| {scenario}: {name} | {fig.median:.2f} {fig.unit} | {other.median:.2f} {other.unit} "
+                     f"| {ratio} |")
+    return "\n".join(lines)
