@@ -68,16 +68,20 @@ def test_upstream_latency_rate_limits_and_item_durations_are_exposed(client) -> 
     assert moved("relay_batch_item_duration_seconds_count", state="discarded") == 1
 
 
-def test_batch_items_are_counted_by_state_from_postgres(client, runtime) -> None:
+def test_batch_items_are_counted_by_state_from_the_progress_counters(client, runtime) -> None:
+    # Each worker process counts in its own batch_progress row and the API in '' (cancels); queued is the
+    # batch's total less everything counted. The gauge sums every counter of every batch.
     before = scrape(client)
     batch_id = uuid.uuid4()
-    states = ["queued", "running", "running", "completed", "completed", "completed", "discarded", "cancelled"]
+    counters = [("worker-a", 1, 2, 1, 0), ("worker-b", 1, 1, 0, 0), ("", 0, 0, 0, 1)]
     with runtime.pool.connection() as conn:
         conn.execute("INSERT INTO batches (id, shape, total, owner, policy_id, credential_kind, credential_id)"
-                     " VALUES (%s, 'openai', %s, 'key:00', %s, 'relay_key', %s)",
-                     (batch_id, len(states), uuid.uuid4(), uuid.uuid4()))
-        for idx, state in enumerate(states):
-            conn.execute("INSERT INTO batch_items (batch_id, idx, state) VALUES (%s, %s, %s)", (batch_id, idx, state))
+                     " VALUES (%s, 'openai', 8, 'key:00', %s, 'relay_key', %s)",
+                     (batch_id, uuid.uuid4(), uuid.uuid4()))
+        for counter, running, completed, discarded, cancelled in counters:
+            conn.execute("INSERT INTO batch_progress (batch_id, counter, running, completed, discarded, cancelled)"
+                         " VALUES (%s, %s, %s, %s, %s, %s)",
+                         (batch_id, counter, running, completed, discarded, cancelled))
     after = scrape(client)
     moved = {s: value(after, "relay_batch_items", state=s) - value(before, "relay_batch_items", state=s)
              for s in ("queued", "running", "completed", "discarded", "cancelled")}

@@ -73,10 +73,12 @@ def test_a_stream_the_client_closes_after_the_text_still_records_the_real_tokens
     assert event["cost_nanos"] > 0  # the binding is priced: never a made-up zero
 
 
-def test_a_stream_the_client_closes_charges_the_token_budget(client, make_key, upstream) -> None:
+def test_a_stream_the_client_closes_charges_the_token_budget(client, make_key, upstream, runtime) -> None:
     upstream.control("sk-oa-1", chunk_delay_ms=150)
     key = make_key("token-limited")  # one token per hour
-    _read_text_then_close(chat(client, key, {**CHAT, "stream": True}, buffered=False))
+    res = chat(client, key, {**CHAT, "stream": True}, buffered=False)
+    _read_text_then_close(res)
+    usage_event(runtime, res.headers["x-request-id"])  # the call's tokens are counted once its event commits
     res = chat(client, key)
     assert res.status_code == 429 and res.json["error"]["code"] == "rate_limited"
 
