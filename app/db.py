@@ -64,16 +64,6 @@ def autocommit(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
 Statement = tuple[str, Sequence[Any]]  # one data-modifying SQL statement (%s placeholders) and its parameters
 
 
-def execute_together(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> None:
-    """Run data-modifying STATEMENTS as one statement (all but the last as CTEs): atomic on its own, even in
-    autocommit, and one round trip. They must not touch the same row twice (Postgres refuses that)."""
-    if not statements:
-        return
-    *first, last = statements
-    sql = "".join(f"{'WITH' if i == 0 else ','} w{i} AS ({text}) " for i, (text, _) in enumerate(first)) + last[0]
-    conn.execute(sql, [value for _, params in statements for value in params])
-
-
 def _readable(fd: int) -> bool:
     """Whether FD has input (or an error or hang-up) right now."""
     if hasattr(select, "poll"):  # gevent's monkey patching removes it; select() then cooperates

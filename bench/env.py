@@ -32,7 +32,7 @@ FINAL = ("completed", "discarded", "cancelled")
 SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve().parent.parent / ".services"))
 WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk
 KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang", "trickle": "sk-bench-trickle",
-        "big": "sk-bench-big"}
+        "big": "sk-bench-big", "fair": "sk-bench-fair"}
 
 
 def item_body(i: int, size: int = 1024) -> dict[str, Any]:
@@ -77,6 +77,7 @@ class BenchEnv:
         upstream.control(KEYS["hang"], latency_ms=120_000)
         upstream.control(KEYS["trickle"], reply=TRICKLE_REPLY, chunk_delay_ms=CHUNK_DELAY_MS)
         upstream.control(KEYS["big"], reply=BIG_REPLY)
+        upstream.control(KEYS["fair"], latency_ms=sizes.fair_latency_ms)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "RELAY_DATABASE_URL": services.database_url,
                "RELAY_BROKER_URL": services.broker_url, "RELAY_ADMIN_TOKEN": "bench-admin-" + secrets.token_hex(12),
                "RELAY_SECRET_KEY": "bench-secret-" + secrets.token_hex(12),
@@ -160,12 +161,12 @@ class BenchEnv:
 
     # batches ---------------------------------------------------------------------------------------------------
 
-    def post_batch(self, policy: str, body: bytes) -> tuple[str, float]:
-        """POST a batch body; (batch id, seconds until the 202)."""
+    def post_batch(self, policy: str, body: bytes, key: str | None = None) -> tuple[str, float]:
+        """POST a batch body as the relay key of POLICY (or KEY); (batch id, seconds until the 202)."""
         assert self.api is not None
         started = time.perf_counter()
         res = self.http.post(self.api.url + "/v1/batches", data=body, timeout=600,
-                             headers={"Authorization": f"Bearer {self.keys[policy]}",
+                             headers={"Authorization": f"Bearer {key or self.keys[policy]}",
                                       "content-type": "application/json"})
         took = time.perf_counter() - started
         if res.status_code != 202:
@@ -177,7 +178,7 @@ class BenchEnv:
                                 (batch_id, list(FINAL))).fetchone()
         return int(row[0]) if row else 0
 
-    def wait_final(self, batch_id: str, total: int, timeout: float = 900.0) -> None:
+    def wait_final(self, batch_id: str, total: int, timeout: float = 900.0, poll: float = 0.25) -> None:
         """Poll until every item of the batch is final."""
         deadline = time.monotonic() + timeout
         while self.final_count(batch_id) < total:
@@ -185,7 +186,7 @@ class BenchEnv:
                 raise RuntimeError(f"batch {batch_id} not drained after {timeout:.0f}s")
             if self.workers is not None and self.workers.proc.poll() is not None:
                 raise RuntimeError(f"relay worker died:\n{self.workers.log()[-3000:]}")
-            time.sleep(0.25)
+            time.sleep(poll)
 
     def last_finished(self, batch_id: str) -> float:
         """Epoch seconds of the batch's last item to become final."""
@@ -207,21 +208,30 @@ class BenchEnv:
         res = self.http.put(self.api.url + "/admin/catalog", json=doc,
                             headers=auth, timeout=60)
         res.raise_for_status()
-        for policy in ("fast", "slow", "hang", "limited", "trickle", "big"):
-            res = self.http.post(self.api.url + "/admin/relay-keys", headers=auth, timeout=60, json={
-                "principal_kind": "service_account", "principal": "bench", "policy": policy})
-            res.raise_for_status()
-            self.keys[policy] = res.json()["key"]
+        for policy in ("fast", "slow", "hang", "limited", "trickle", "big", "fair"):
+            self.keys[policy] = self.new_key(policy, wait=False)
         self._wait_catalog()
 
-    def _wait_catalog(self) -> None:
-        """Every API worker sees the new keys (the catalog cache refreshes within a second)."""
+    def new_key(self, policy: str, wait: bool = True) -> str:
+        """A new relay key of POLICY: another owner of batches (fair share is per credential)."""
+        assert self.api is not None
+        res = self.http.post(self.api.url + "/admin/relay-keys", timeout=60,
+                             headers={"Authorization": f"Bearer {self.env['RELAY_ADMIN_TOKEN']}"},
+                             json={"principal_kind": "service_account", "principal": "bench", "policy": policy})
+        res.raise_for_status()
+        key = str(res.json()["key"])
+        if wait:
+            self._wait_catalog([key])
+        return key
+
+    def _wait_catalog(self, keys: list[str] | None = None) -> None:
+        """Every API worker sees the new KEYS (default all; the catalog cache refreshes within a second)."""
         assert self.api is not None
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             ok = all(self.http.get(self.api.url + "/v1/models", timeout=10,
                                    headers={"Authorization": f"Bearer {k}"}).status_code == 200
-                     for k in self.keys.values() for _ in range(4))
+                     for k in (keys or list(self.keys.values())) for _ in range(4))
             if ok:
                 return
             time.sleep(0.2)
@@ -241,6 +251,7 @@ def catalog(upstream_url: str, rate_limit: int, window_s: int) -> dict[str, Any]
             {"name": "hang", "models": ["*"], "key_pool": ["hang"], "circuit_breaker": breaker},
             {"name": "trickle", "models": ["*"], "key_pool": ["trickle"], "circuit_breaker": breaker},
             {"name": "big", "models": ["*"], "key_pool": ["big"], "circuit_breaker": breaker},
+            {"name": "fair", "models": ["*"], "key_pool": ["fair"], "circuit_breaker": breaker},
             {"name": "limited", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker,
              "rate_limits": [{"requests": rate_limit, "per": f"{window_s}s"}]},
         ],

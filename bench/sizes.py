@@ -26,13 +26,19 @@ class Sizes:
     slow_probes: int = 200  # /healthz and live calls made meanwhile
     slow_wait_s: float = 60.0  # how long partial requests may take to be dropped (deadlines 15 s and 30 s)
     api_deadlines: tuple[int, float] | None = None  # (header, I/O) deadlines of the API; None: the defaults
+    fair_big: int = 20_000  # fair share: one owner's big batch ...
+    fair_small: int = 5  # ... and another's small one, submitted FAIR_DELAY_S later
+    fair_delay_s: float = 2.0
+    fair_latency_ms: int = 300
+    fair_window_s: float = 30.0  # how long the big batches' progress is measured (then they are cancelled)
 
 
 FULL = Sizes()
 QUICK = Sizes(accept=(2_000, 10_000), drain=4_000, slow_items=1_000, slow_concurrency=200, limited_items=1_500,
               rate_limit=1_000, rate_window_s=20, reads_items=10_000, read_gets=30, live_requests=300,
-              cancel_items=100, slow_probes=50, files_items=10_000)
+              cancel_items=100, slow_probes=50, files_items=10_000, fair_big=4_000, fair_window_s=15.0)
 TINY = Sizes(accept=(40,), drain=60, drain_workers=(1, 4), slow_items=20, slow_concurrency=10, slow_latency_ms=200,
              limited_items=30, rate_limit=20, rate_window_s=2, reads_items=50, read_gets=5, live_requests=20,
              live_clients=4, cancel_items=6, slow_clients=20, slow_probes=5, slow_wait_s=15.0,
-             api_deadlines=(1, 1.0), files_items=40)
+             api_deadlines=(1, 1.0), files_items=40, fair_big=60, fair_small=2, fair_delay_s=0.5, fair_latency_ms=100,
+             fair_window_s=1.0)

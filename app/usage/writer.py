@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from app.db import Statement, autocommit, execute_together
+from app.db import Statement
 from app.usage.events import COLUMNS, UsageEvent, usage_statement
 
 log = logging.getLogger("relay.usage.writer")
@@ -72,12 +72,6 @@ def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], r
     _insert_events(conn, [r.event for r in records])
     _side_writes(conn, [s for r in records for s in r.extra])
     return done
-
-
-def write_now(pool: ConnectionPool, record: UsageRecord) -> None:
-    """Write one call's record at once, as one statement (atomic in autocommit, one round trip)."""
-    with autocommit(pool) as conn:
-        execute_together(conn, [usage_statement(record.event), *record.extra])
 
 
 _FINALIZE = """
