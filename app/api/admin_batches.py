@@ -12,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 from marshmallow import RAISE
 
-from app.api.admin import documented, require_admin, runtime
+from app.api.admin_auth import documented, require_admin, runtime
 from app.api.batches import results_response
 from app.batches import service
 from app.batches.fleet import fleet_status

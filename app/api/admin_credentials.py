@@ -9,7 +9,7 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 from marshmallow import RAISE
 
-from app.api.admin import documented, require_admin, runtime
+from app.api.admin_auth import documented, require_admin, runtime
 from app.credentials import keys, tokens
 from schemas.admin import (
     MintedTokenSchema,
