@@ -36,6 +36,7 @@ DISPATCH_LOCK = 0x5E1A7B01  # advisory lock: one publishing dispatcher at a time
 MAX_GROUP = 8  # items per message at most
 MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
 CHUNK = 2000  # items published per pass at most
+REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, README)
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 
 
@@ -171,15 +172,17 @@ class Dispatcher:
         self._wake.clear()
         self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
 
-    def window(self, threads: int, backlog: int) -> tuple[int, int]:
+    def window(self, threads: int, backlog: int, processes: int = 1) -> tuple[int, int]:
         """(window, items per message): enough published to keep every live thread busy (two messages each), items
         grouped only when they are fast (about MESSAGE_TARGET_S of work a message) and the backlog is deep, capped
-        by RELAY_DISPATCH_WINDOW."""
+        by RELAY_DISPATCH_WINDOW. Also sets the refill step: a pass costs a few queries, so the next one waits
+        until about 1/REFILL_STEPS of the window is final, counted by this process's own finishes (about
+        1/PROCESSES of all)."""
         threads = max(threads, 1)
         by_time = int(MESSAGE_TARGET_S / max(self._item_seconds(), 1e-3))
         group = max(1, min(MAX_GROUP, by_time, backlog // (4 * threads)))
         window = min(self.max_window, 2 * threads * group + threads)
-        self._refill = max(1, window // 10)  # a pass costs a few queries: refill in steps, not per item
+        self._refill = max(1, window // (REFILL_STEPS * max(processes, 1)))
         return window, group
 
     def pump(self) -> int:
@@ -193,16 +196,22 @@ class Dispatcher:
                 self._window_full = False
                 return 0
             backlog = sum(b["total"] - b["published_upto"] for b in batches)
-            window, group = self.window(outbox.live_threads(conn, settings.worker_lost_after_s), backlog)
+            threads, processes = outbox.live_workers(conn, settings.worker_lost_after_s)
+            window, group = self.window(threads, backlog, processes)
             flying = outbox.in_flight(conn)
-            room = min(CHUNK, window - sum(flying.values()))
-            self._window_full = room <= 0
+            free = window - sum(flying.values())
+            room = min(CHUNK, free)
             if room <= 0:
+                self._window_full = True
                 return 0
             messages, cursors = plan_pass(batches, room, group, flying)
             self._publish(messages)
             outbox.advance(conn, cursors)
-        return sum(len(m.idxs) for m in messages)
+        published = sum(len(m.idxs) for m in messages)
+        # The window, not the backlog, stopped this pass: items finishing here must wake the next one (the poll
+        # alone would leave the workers idle for up to a second after they drain what was published).
+        self._window_full = published >= free
+        return published
 
     def recover_lost_messages(self) -> None:
         """Publish again queued items whose message is long gone (the queue is empty yet they never ran)."""

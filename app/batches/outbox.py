@@ -45,11 +45,11 @@ def in_flight(conn: Conn) -> dict[str, int]:
     return {r["owner"]: int(r["n"]) for r in rows}
 
 
-def live_threads(conn: Conn, seen_within_s: float) -> int:
-    """Items the live worker processes run at once (the sum of their threads)."""
-    row = conn.execute("SELECT coalesce(sum(threads), 0) AS n FROM workers"
+def live_workers(conn: Conn, seen_within_s: float) -> tuple[int, int]:
+    """(threads, processes) of the live worker processes: the items they run at once, and how many they are."""
+    row = conn.execute("SELECT coalesce(sum(threads), 0) AS n, count(*) AS p FROM workers"
                        " WHERE last_seen > now() - make_interval(secs => %s)", (seen_within_s,)).fetchone()
-    return int(row["n"]) if row else 0
+    return (int(row["n"]), int(row["p"])) if row else (0, 0)
 
 
 def advance(conn: Conn, cursors: Sequence[tuple[UUID, int]]) -> None:

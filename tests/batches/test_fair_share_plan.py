@@ -76,6 +76,7 @@ def test_items_are_grouped_only_when_they_are_fast_and_the_backlog_is_deep() -> 
 
     fast = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.002)  # type: ignore[arg-type]
     slow = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.3)  # type: ignore[arg-type]
-    assert fast.window(threads=32, backlog=20_000) == (2 * 32 * 8 + 32, 8)
+    assert fast.window(threads=32, backlog=20_000, processes=2) == (2 * 32 * 8 + 32, 8)
+    assert fast._refill == (2 * 32 * 8 + 32) // (6 * 2)  # a sixth of the window, seen from one of two processes
     assert fast.window(threads=32, backlog=50) == (2 * 32 + 32, 1)  # a small backlog: one item a message
     assert slow.window(threads=32, backlog=20_000) == (2 * 32 + 32, 1)  # slow items: one a message, a short queue
