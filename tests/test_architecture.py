@@ -73,7 +73,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if nxt.startswith(node + "."):
                 continue  # a package's __init__ importing its own submodules is not a loop
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append([*path[path.index(nxt):], nxt])
             elif nxt not in state:
                 visit(nxt)
         path.pop()
