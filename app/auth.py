@@ -9,9 +9,9 @@ from typing import Protocol
 
 import psycopg
 
+from app.access.cache import CatalogCache, get_catalog, get_policy
+from app.access.snapshot import CatalogSnapshot
 from app.auth_model import Caller
-from app.catalog.cache import CatalogCache, get_catalog, get_policy
-from app.catalog.snapshot import CatalogSnapshot
 from app.credentials import store as credential_store
 from app.credentials.errors import (
     InvalidCredential,

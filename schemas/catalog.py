@@ -7,7 +7,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.catalog.durations import DurationError, format_duration, parse_duration
+from schemas.durations import DurationError, format_duration, parse_duration
 
 ADAPTERS = ("openai", "anthropic", "openai_responses")
 KEY_SELECTIONS = ("prioritized", "round_robin", "least_recently_used")

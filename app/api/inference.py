@@ -13,12 +13,12 @@ from flask import Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
+from app.access.cache import get_catalog
 from app.api.bodies import json_text, read_body
 from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error
 from app.api.openapi import error_answers
 from app.batches.validation import STRICT_JSON, SURROGATE_ESCAPE, json_problem, text_problem
-from app.catalog.cache import get_catalog
 from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
 from app.pipeline import run_inference
 from app.pipeline.types import InferenceCall, InferenceResult

@@ -15,7 +15,6 @@ from app.catalog.secrets import SecretBox
 from app.catalog.store import CatalogRows, Row
 from app.catalog.validate import InvalidCatalog, validate_catalog
 from app.catalog.writes import catalog_write
-from app.credentials import store as credential_store
 from app.runtime import Runtime
 
 KINDS = ("teams", "projects", "hosts", "host_keys", "models", "policies", "users", "service_accounts", "relay_keys")
@@ -198,7 +197,7 @@ class _Reconciler:
                 store.soft_delete_policies(self.conn, ids)
             else:
                 if kind in ("projects", "teams"):
-                    for key_id in credential_store.detach_keys(self.conn, kind[:-1] + "_id", ids):
+                    for key_id in store.detach_keys(self.conn, kind[:-1] + "_id", ids):
                         self._note("relay_keys", "updated", str(key_id))
                 store.delete_rows(self.conn, kind, ids)
             for r in gone:

@@ -106,6 +106,16 @@ def delete_rows(conn: Connection[Any], table: str, ids: list[UUID]) -> None:
         conn.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(_table(table)), (ids,))
 
 
+def detach_keys(conn: Connection[Any], column: str, ids: list[UUID]) -> list[UUID]:
+    """Clear a removed project (or team) from the relay keys that carry it; return those keys' ids. (Relay keys
+    point at the catalog's projects and teams: removing one is the catalog's write.)"""
+    if column not in ("project_id", "team_id") or not ids:
+        return []
+    query = sql.SQL("UPDATE relay_keys SET {col} = NULL, updated_at = now() WHERE {col} = ANY(%s)"
+                    " RETURNING id").format(col=sql.Identifier(column))
+    return [r["id"] for r in conn.execute(query, (ids,)).fetchall()]
+
+
 def soft_delete_policies(conn: Connection[Any], ids: list[UUID]) -> None:
     """Mark policies deleted; the rows stay so batches and usage events keep their reference."""
     if ids:

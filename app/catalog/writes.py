@@ -1,17 +1,26 @@
-"""The one way catalog and credential changes are written: serialised, versioned, announced, then cached."""
+"""The one way catalog and credential changes are written: serialised, versioned, announced, then cached.
+
+The catalog knows nothing of the credentials or of the cache built from both (app.access): a write brings this
+process's cache up to date through the runtime's service slot CACHE_SERVICE."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from app.catalog import store
-from app.catalog.cache import refresh_after_write
 from app.runtime import Runtime
+
+CACHE_SERVICE = "catalog"  # the runtime service holding this process's catalog cache, if it has one
+
+
+class VersionedCache(Protocol):
+    def ensure_version(self, version: int) -> None:
+        """Return once the cache holds VERSION or newer."""
 
 
 @dataclass
@@ -36,4 +45,6 @@ def catalog_write(runtime: Runtime) -> Iterator[CatalogWrite]:
         if write.changed:
             write.version = store.bump_version(conn)
     if write.changed and not write.discard:
-        refresh_after_write(runtime, write.version)
+        cache: VersionedCache | None = runtime.services.get(CACHE_SERVICE)
+        if cache is not None:  # answer only once this replica serves what was just written
+            cache.ensure_version(write.version)

@@ -19,9 +19,9 @@ from typing import IO, Any
 import requests
 
 from app.batches.retention import purge_batches
-from app.catalog.durations import DurationError, parse_duration
 from app.commands.catalog import cli_runtime
 from app.errors import RelayError
+from schemas.durations import DurationError, parse_duration
 
 _SHAPES = ("openai", "anthropic", "openai_responses")
 _FINAL = ("completed", "discarded", "cancelled")

@@ -10,10 +10,10 @@ from uuid import UUID
 
 from marshmallow import Schema
 
-from app.catalog.durations import DurationError, parse_duration
 from app.commands.catalog import cli_runtime
 from app.credentials import keys, tokens
 from schemas.admin import MintedTokenSchema, RelayKeySchema, RelayKeySecretSchema, TokenSchema
+from schemas.durations import DurationError, parse_duration
 
 
 def register(sub: Any) -> None:

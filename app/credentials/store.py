@@ -92,15 +92,6 @@ def list_relay_key_views(conn: Connection[Any], key_id: UUID | None = None) -> l
                          project=r["project_name"], team=r["team_name"]) for r in rows]
 
 
-def detach_keys(conn: Connection[Any], column: str, ids: list[UUID]) -> list[UUID]:
-    """Clear a removed project (or team) from the relay keys that carry it; return those keys' ids."""
-    if column not in ("project_id", "team_id") or not ids:
-        return []
-    query = sql.SQL("UPDATE relay_keys SET {col} = NULL, updated_at = now() WHERE {col} = ANY(%s)"
-                    " RETURNING id").format(col=sql.Identifier(column))
-    return [r["id"] for r in conn.execute(query, (ids,)).fetchall()]
-
-
 def insert_token(conn: Connection[Any], user_id: UUID, expires_at: datetime) -> TokenRecord:
     """Record a minted token; its id goes into the signed token."""
     row = conn.execute("INSERT INTO inference_tokens (user_id, expires_at) VALUES (%s, %s)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from app.catalog.cache import get_catalog
+from app.access.cache import get_catalog
 from app.catalog.model import Policy
 from app.db import autocommit
 from app.errors import RateLimited, RelayError

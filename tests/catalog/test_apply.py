@@ -10,9 +10,9 @@ import psycopg
 import pytest
 import yaml
 
+from app.access.cache import get_catalog
 from app.auth import authenticate
 from app.catalog.apply import apply_catalog
-from app.catalog.cache import get_catalog
 from app.catalog.export import export_catalog
 from app.catalog.validate import InvalidCatalog, parse_document
 from app.credentials import keys

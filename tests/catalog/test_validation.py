@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.catalog.durations import DurationError, format_duration, parse_duration
 from app.catalog.validate import InvalidCatalog, parse_document, validate_catalog
+from schemas.durations import DurationError, format_duration, parse_duration
 from tests.catalog.helpers import HOST_KEY_SECRETS, base_catalog
 
 

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.access.cache import get_catalog
 from app.auth import authenticate, credential_from_headers, get_policy, recheck_caller
 from app.catalog.apply import apply_catalog
-from app.catalog.cache import get_catalog
 from app.catalog.service import delete_policy
 from app.credentials import keys, tokens
 from app.credentials.tokens import TokenClaims, encode_token, signing_key

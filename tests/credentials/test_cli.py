@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from app.access.cache import get_catalog
 from app.auth import authenticate
-from app.catalog.cache import get_catalog
 from app.errors import RelayError
 from tests.processes import ROOT
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from app import create_app
+from app.access.cache import get_catalog
 from app.auth import authenticate, get_policy
 from app.catalog.apply import apply_catalog
-from app.catalog.cache import get_catalog
 from app.errors import RelayError
 from app.runtime import Runtime
 from tests.catalog.helpers import base_catalog
@@ -120,7 +120,7 @@ def test_the_version_poll_catches_a_change_whose_notification_was_lost(replicas)
 
 def test_the_listener_reconnects_after_losing_its_connection(replicas) -> None:
     one, two = replicas
-    from app.catalog.cache import LISTENER_NAME
+    from app.access.cache import LISTENER_NAME
     from app.credentials import keys
 
     issued = keys.create_key(one, principal_kind="user", principal="t-alice", policy="default")

@@ -17,17 +17,18 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from app.access.snapshot import CatalogSnapshot, CredentialRows, build_snapshot
 from app.catalog import store
 from app.catalog.model import Policy
 from app.catalog.secrets import SecretBox
-from app.catalog.snapshot import CatalogSnapshot, CredentialRows, build_snapshot
+from app.catalog.writes import CACHE_SERVICE
 from app.credentials import store as credential_store
 from app.notify import NotifyListener
 from app.runtime import Runtime
 from app.settings import Settings
 
 log = logging.getLogger("relay.catalog")
-SERVICE_NAME = "catalog"
+SERVICE_NAME = CACHE_SERVICE
 LISTENER_NAME = "relay-catalog-listener"  # application_name of the LISTEN connection
 
 
@@ -128,13 +129,6 @@ class CatalogCache:
 def get_catalog(runtime: Runtime) -> CatalogCache:
     """This process's CatalogCache, created (and its listener started) on first use."""
     return runtime.service(SERVICE_NAME, lambda: CatalogCache(runtime.settings, runtime.pool))
-
-
-def refresh_after_write(runtime: Runtime, version: int) -> None:
-    """After a committed write on this replica, bring its cache (if any) up to VERSION before answering."""
-    cache = runtime.services.get(SERVICE_NAME)
-    if cache is not None:
-        cache.ensure_version(version)
 
 
 def get_policy(runtime: Runtime, policy_id: UUID) -> Policy | None:

@@ -1,0 +1,112 @@
+"""The import rules of docs/architecture.md, read from the source: imports run one way (actors → app → adapters,
+schemas; inside app, access → credentials → catalog), and no two modules import each other, directly or round a
+loop, even from inside a function or behind TYPE_CHECKING."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("app", "actors", "adapters", "schemas")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules NAME imports anywhere in its file (a `from x import y` of a submodule counts as x.y)."""
+    out: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: up LEVEL - 1 packages from this one
+                parents = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parents + ([base] if base else []))
+            out |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return {m for m in out if m in known and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def _top(module: str, depth: int = 1) -> str:
+    return ".".join(module.split(".")[:depth])
+
+
+def _wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    wrong = []
+    for module, targets in graph.items():
+        for target in targets:
+            if _top(module) == "app" and _top(target) == "actors":
+                wrong.append((module, target))
+            if _top(module) in ("adapters", "schemas") and _top(target) in ("app", "actors"):
+                wrong.append((module, target))
+            for lower, higher in (("app.catalog", "app.credentials"), ("app.catalog", "app.access"),
+                                  ("app.credentials", "app.access")):
+                if module.startswith(lower + ".") and (target == higher or target.startswith(higher + ".")):
+                    wrong.append((module, target))
+    return sorted(wrong)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt.startswith(node + "."):
+                continue  # a package's __init__ importing its own submodules is not a loop
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def test_the_layers_import_one_way() -> None:
+    graph = _graph()
+    assert len(graph) > 100, "the project's modules were not found"
+    assert not _wrong_way(graph), f"imports against the layering: {_wrong_way(graph)}"
+
+
+def test_no_import_cycles_between_modules() -> None:
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
+
+
+def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_import(tmp_path: Path) -> None:
+    sources = {"app.catalog.x": "from app.credentials import y\n",
+               "app.credentials.y": "def f():\n    import app.catalog.x\n",
+               "app.batches.z": "from actors.boot import thing\n"}
+    known = set(sources) | {"actors.boot"}
+    graph = {}
+    for name, text in sources.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        graph[name] = _imports(name, path, known)
+    graph["actors.boot"] = set()
+    assert graph["app.catalog.x"] == {"app.credentials.y"} and graph["app.credentials.y"] == {"app.catalog.x"}
+    assert _cycles(graph) == [["app.catalog.x", "app.credentials.y", "app.catalog.x"]]
+    assert _wrong_way(graph) == [("app.batches.z", "actors.boot"), ("app.catalog.x", "app.credentials.y")]
