@@ -117,7 +117,10 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
     past the limit; expire the queued items of batches past their expires_at; record finished_at of batches whose
     items are all final."""
     settings = ctx.runtime.settings
-    with ctx.runtime.pool.connection() as conn, conn.transaction():
+    # The reaper runs on the heartbeat's thread: while the pool reconnects after a database restart (its backoff
+    # reaches 10 s) it must give up soon, or this worker stops beating and a steady peer judges it lost.
+    wait_s = min(5.0, settings.worker_lost_after_s / 4)
+    with ctx.runtime.pool.connection(timeout=wait_s) as conn, conn.transaction():
         if not outbox.try_leader_lock(conn, REAPER_LOCK):
             return 0
         rows = outbox.lost_items(conn, lost_after_s=settings.worker_lost_after_s,
@@ -131,7 +134,7 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
                            counter=ctx.worker_id):
             log.warning("batch item %s:%s discarded: %s", row["batch_id"], row["idx"], outcome.error)
             done += 1
-    with ctx.runtime.pool.connection() as conn, conn.transaction():
+    with ctx.runtime.pool.connection(timeout=wait_s) as conn, conn.transaction():
         if outbox.try_leader_lock(conn, REAPER_LOCK):
             expire_due(conn)
             store.finish_batches(conn)
