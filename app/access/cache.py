@@ -28,7 +28,6 @@ from app.runtime import Runtime
 from app.settings import Settings
 
 log = logging.getLogger("relay.catalog")
-SERVICE_NAME = CACHE_SERVICE
 LISTENER_NAME = "relay-catalog-listener"  # application_name of the LISTEN connection
 
 
@@ -128,7 +127,7 @@ class CatalogCache:
 
 def get_catalog(runtime: Runtime) -> CatalogCache:
     """This process's CatalogCache, created (and its listener started) on first use."""
-    return runtime.service(SERVICE_NAME, lambda: CatalogCache(runtime.settings, runtime.pool))
+    return runtime.service(CACHE_SERVICE, lambda: CatalogCache(runtime.settings, runtime.pool))
 
 
 def get_policy(runtime: Runtime, policy_id: UUID) -> Policy | None:
