@@ -68,13 +68,14 @@ def test_a_policy_batch_weight_gives_its_batches_a_larger_share(client, make_key
     heavy_key, light_key = make_key("fair-heavy")["key"], make_key("fair")["key"]
     light = submit(client, light_key, [CHAT] * ITEMS).json["id"]
     heavy = submit(client, heavy_key, [CHAT] * ITEMS).json["id"]
+    def finals() -> tuple[int, int]:
+        return _final(client, heavy_key, heavy), _final(client, light_key, light)
+
     # Measured after the first 40 items: the light batch, submitted first, had the whole first window to itself.
-    wait_for(lambda: _final(client, heavy_key, heavy) + _final(client, light_key, light) >= 40, timeout=120,
-             what="40 items run")
-    start_heavy, start_light = _final(client, heavy_key, heavy), _final(client, light_key, light)
-    wait_for(lambda: _final(client, heavy_key, heavy) + _final(client, light_key, light) >= 40 + 200, timeout=120,
-             what="200 more items run")
-    done_heavy = _final(client, heavy_key, heavy) - start_heavy
-    done_light = _final(client, light_key, light) - start_light
+    wait_for(lambda: sum(finals()) >= 40, timeout=120, what="40 items run")
+    start_heavy, start_light = finals()
+    wait_for(lambda: sum(finals()) >= 40 + 200, timeout=120, what="200 more items run")
+    end_heavy, end_light = finals()
+    done_heavy, done_light = end_heavy - start_heavy, end_light - start_light
     _cancel(client, (heavy_key, heavy), (light_key, light))
     assert done_heavy >= 2 * done_light, (done_heavy, done_light)  # weight 3 against 1
