@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from adapters import fields as f
 from adapters.base import FieldError, ShapeAdapter, Usage, count, dig, wants_stream
@@ -15,6 +17,30 @@ _OPTIONAL: dict[str, f.Check] = {
     "top_k": f.integer, "stop_sequences": f.strings, "metadata": f.obj, "tools": f.array,
     "tool_choice": f.obj, "thinking": f.obj, "service_tier": f.string,
 }
+
+
+class MessagesMessage(msgspec.Struct):
+    role: Literal["user", "assistant"]
+    content: f.Content
+
+
+class MessagesItem(msgspec.Struct):
+    """A Messages body as a batch item: a subset of what validate_request accepts (see fields.Content)."""
+
+    model: str  # non-blank, ASCII, NUL-free: checked by the caller, which keeps the name
+    max_tokens: f.PositiveInt
+    messages: Annotated[list[MessagesMessage], msgspec.Meta(min_length=1)]
+    system: f.Content | None = None
+    stream: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_sequences: list[str] | None = None
+    metadata: f.Object | None = None
+    tools: f.Array | None = None
+    tool_choice: f.Object | None = None
+    thinking: f.Object | None = None
+    service_tier: str | None = None
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -86,6 +112,7 @@ class MessagesAdapter:
     """The `anthropic` shape."""
 
     shape = "anthropic"
+    batch_item_type = MessagesItem
     upstream_path = "/v1/messages"
 
     def validate_request(self, body: Any) -> list[FieldError]:

@@ -54,6 +54,10 @@ class ShapeAdapter(Protocol):
 
     def validate_request(self, body: Any) -> list[FieldError]: ...
 
+    @property
+    def batch_item_type(self) -> type | None:
+        """A msgspec type that accepts a subset of the bodies validate_request accepts (a batch's fast path)."""
+
     def auth_headers(self, secret: str) -> dict[str, str]: ...
 
     def extract_usage(self, body: Any) -> Usage: ...

@@ -65,6 +65,7 @@ class EmbeddingsAdapter:
     """The `embeddings` request shape."""
 
     shape = EMBEDDINGS
+    batch_item_type = None  # embeddings are never batched
     upstream_path = "/v1/embeddings"
 
     def validate_request(self, body: Any) -> list[FieldError]:

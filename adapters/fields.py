@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from adapters.base import FieldError
 
@@ -116,3 +118,22 @@ def content_parts(value: Any) -> str | None:
     if isinstance(value, list) and all(isinstance(p, dict) and isinstance(p.get("type"), str) for p in value):
         return None
     return "must be a string or an array of content parts (objects with a `type`)"
+
+
+# The checks above as msgspec types, for decoding many request bodies at C speed (a batch's items). Each accepts
+# a subset of what its check accepts, never more: a body one of them refuses is checked again by the checks above,
+# which say what is wrong. Raw values are syntax-checked and kept undecoded.
+class ContentPart(msgspec.Struct):
+    """An element of message content: an object with a string `type` (other members pass)."""
+
+    type: str
+
+
+Content = str | list[ContentPart]  # content_parts
+NonBlank = Annotated[str, msgspec.Meta(pattern=r"\S")]  # non_empty_string (re's \s is str.isspace)
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]  # positive_integer (msgspec's int refuses booleans and floats)
+Object = dict[str, msgspec.Raw]  # obj
+Array = list[msgspec.Raw]  # array
+StringOrObject = str | Object  # string_or_object
+StringOrStrings = str | list[str]  # string_or_strings
+Absent = msgspec.UnsetType  # a member that must be absent (its presence, null included, needs the checks above)

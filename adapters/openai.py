@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from adapters import fields as f
 from adapters.base import FieldError, ShapeAdapter, Usage, count, dig, wants_stream
@@ -19,6 +21,73 @@ _OPTIONAL: dict[str, f.Check] = {
     "response_format": f.obj, "logprobs": f.boolean, "top_logprobs": f.integer, "logit_bias": f.obj,
     "parallel_tool_calls": f.boolean, "metadata": f.obj, "store": f.boolean, "reasoning_effort": f.string,
 }
+
+
+class _Message(msgspec.Struct, tag_field="role"):
+    """A message with content (an assistant turn without content is left to _check_message)."""
+
+    content: f.Content
+
+
+class SystemMessage(_Message, tag="system"):
+    pass
+
+
+class DeveloperMessage(_Message, tag="developer"):
+    pass
+
+
+class UserMessage(_Message, tag="user"):
+    pass
+
+
+class AssistantMessage(_Message, tag="assistant"):
+    pass
+
+
+class FunctionMessage(_Message, tag="function"):
+    pass
+
+
+class ToolMessage(_Message, tag="tool"):
+    tool_call_id: f.NonBlank
+
+
+ChatMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | FunctionMessage | ToolMessage
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool | None = None
+
+
+class ChatItem(msgspec.Struct):
+    """A Chat Completions body as a batch item: a subset of what validate_request accepts (see fields.Content)."""
+
+    model: str  # non-blank, ASCII, NUL-free: checked by the caller, which keeps the name
+    messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: f.PositiveInt | None = None
+    max_tokens: f.PositiveInt | None = None
+    max_completion_tokens: f.PositiveInt | None = None
+    stop: f.StringOrStrings | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    user: str | None = None
+    tools: f.Array | None = None
+    tool_choice: f.StringOrObject | None = None
+    response_format: f.Object | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    logit_bias: f.Object | None = None
+    parallel_tool_calls: bool | None = None
+    metadata: f.Object | None = None
+    store: bool | None = None
+    reasoning_effort: str | None = None
+
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 429: "rate_limit_error"}
@@ -97,6 +166,7 @@ class ChatCompletionsAdapter:
 
     shape = "openai"
     upstream_path = "/v1/chat/completions"
+    batch_item_type = ChatItem
 
     def validate_request(self, body: Any) -> list[FieldError]:
         """`model`, a non-empty `messages` list of valid messages, and well-typed common options."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 from adapters import fields as f
 from adapters.base import FieldError, ShapeAdapter, Usage, count, dig, wants_stream
@@ -19,6 +21,41 @@ _OPTIONAL: dict[str, f.Check] = {
     "parallel_tool_calls": f.boolean, "truncation": f.string, "user": f.string, "include": f.array,
     "background": f.boolean, "service_tier": f.string, "stream_options": f.obj,
 }
+
+
+class ResponsesMessage(msgspec.Struct):
+    role: Literal["user", "assistant", "system", "developer"]
+    content: f.Content
+
+
+class ResponsesItem(msgspec.Struct):
+    """A Responses body as a batch item: a subset of what validate_request accepts (input items are messages), and
+    without the members that could make it an embeddings or /v1/generate body instead (see batches/validation)."""
+
+    model: str  # non-blank, ASCII, NUL-free: checked by the caller, which keeps the name
+    input: str | list[ResponsesMessage]
+    instructions: str | None = None
+    max_output_tokens: f.PositiveInt | None = None
+    stream: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    tools: f.Array | None = None
+    tool_choice: f.StringOrObject | None = None
+    store: bool | None = None
+    metadata: f.Object | None = None
+    previous_response_id: str | None = None
+    text: f.Object | None = None
+    reasoning: f.Object | None = None
+    parallel_tool_calls: bool | None = None
+    truncation: str | None = None
+    user: str | None = None
+    include: f.Array | None = None
+    background: bool | None = None
+    service_tier: str | None = None
+    stream_options: f.Object | None = None
+    max_tokens: f.Absent = msgspec.UNSET
+    encoding_format: f.Absent = msgspec.UNSET
+    dimensions: f.Absent = msgspec.UNSET
 
 
 def _check_input_item(name: str, item: dict[str, Any]) -> list[FieldError]:
@@ -81,6 +118,7 @@ class ResponsesAdapter:
     """The `openai_responses` shape."""
 
     shape = "openai_responses"
+    batch_item_type = ResponsesItem
     upstream_path = "/v1/responses"
 
     def validate_request(self, body: Any) -> list[FieldError]:

@@ -109,6 +109,14 @@ def item_errors(shape: str, idx: int, item: Any, *, may_hold_surrogates: bool = 
     return [ItemError(idx, p.field, p.message) for p in problems]
 
 
+
+def typed_item_needs_no_checks(item: Any) -> bool:
+    """Whether an item its shape's batch_item_type decoded is valid as it is: its model name can be stored (ASCII,
+    no NUL, not blank), it does not stream, and the name cannot make it an embeddings request (_is_embeddings)."""
+    model = item.model
+    return (model.isascii() and "\x00" not in model and not model.isspace() and bool(model)
+            and not item.stream and "embedding" not in model.lower())
+
 def text_problem(value: Any, *, nul: bool = True) -> str | None:
     """Why VALUE's strings (keys included) cannot be stored or sent as UTF-8 text: an unpaired surrogate, or (when
     NUL) a NUL character, which Postgres text and jsonb refuse. None when they can."""
@@ -172,4 +180,5 @@ def _flatten(problems: Any) -> list[str]:
 
 
 __all__ = ["MAX_ERRORS", "SHAPES", "STRICT_JSON", "SURROGATE_ESCAPE", "ItemError", "UnsupportedNumber", "item_errors",
-           "json_depth", "json_problem", "text_problem", "validate_envelope"]
+           "json_depth", "json_problem", "text_problem", "typed_item_needs_no_checks",
+           "validate_envelope"]
