@@ -197,6 +197,7 @@ class BenchEnv:
     def forget_batch(self, batch_id: str) -> None:
         """Delete a measured batch (rows, usage events, files) so the next run starts from the same state."""
         self.conn.execute("DELETE FROM usage_events WHERE batch_id = %s", (batch_id,))
+        self.conn.execute("DELETE FROM batch_items WHERE batch_id = %s", (batch_id,))
         self.conn.execute("DELETE FROM batches WHERE id = %s", (batch_id,))
         shutil.rmtree(self.work / "payloads" / batch_id, ignore_errors=True)
 

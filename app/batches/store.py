@@ -10,6 +10,7 @@ reaper), so items of one batch never queue on its row. Dispatcher, heartbeat and
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -45,18 +46,32 @@ def insert_batch(conn: Conn, batch: Row) -> Row:
 
 
 def copy_items(conn: Conn, batch_id: UUID, models: Sequence[str], custom_ids: Sequence[str] | None = None) -> None:
-    """COPY one queued item per model name, idx 0..n-1 (with its custom_id, for provider API batches)."""
-    prefix = f"{batch_id}\t"
+    """COPY one queued item per model name, idx 0..n-1 (with its custom_id, for provider API batches), in COPY's
+    binary format: the server parses it at about four times the speed of the text format."""
     columns = "batch_id, idx, model" + (", custom_id" if custom_ids is not None else "")
-    with conn.cursor().copy(f"COPY batch_items ({columns}) FROM STDIN") as copy:
-        buf: list[str] = []
+    head = _ROW_HEAD.pack(3 if custom_ids is None else 4, 16, batch_id.bytes, 4)
+    with conn.cursor().copy(f"COPY batch_items ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        rows: list[bytes] = [_BINARY_HEADER]
         for idx, model in enumerate(models):
-            extra = f"\t{_copy_text(custom_ids[idx])}" if custom_ids is not None else ""
-            buf.append(f"{prefix}{idx}\t{_copy_text(model)}{extra}\n")
-            if len(buf) >= 5000:
-                copy.write("".join(buf))
-                buf.clear()
-        copy.write("".join(buf))
+            extra = _binary_text(custom_ids[idx]) if custom_ids is not None else b""
+            rows.append(head + _INT.pack(idx) + _binary_text(model) + extra)
+            if len(rows) >= 5000:
+                copy.write(b"".join(rows))
+                rows.clear()
+        rows.append(_BINARY_TRAILER)
+        copy.write(b"".join(rows))
+
+
+_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature, flags, no header extension
+_BINARY_TRAILER = struct.pack("!h", -1)
+_ROW_HEAD = struct.Struct("!hi16si")  # field count; the uuid's length and bytes; the idx's length (its value next)
+_INT = struct.Struct("!i")
+
+
+def _binary_text(value: str) -> bytes:
+    """A text field of COPY's binary format: its length, then its UTF-8 bytes (the database's encoding)."""
+    data = value.encode()
+    return _INT.pack(len(data)) + data
 
 
 def notify(conn: Conn, channel: str, payload: str = "") -> None:
@@ -178,20 +193,13 @@ def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
 
 
 def delete_ended_batch(conn: Conn, batch_id: UUID) -> bool:
-    """Delete the batch (its items and output file records follow) if none of its items is queued or running."""
-    cur = conn.execute("DELETE FROM batches b WHERE id = %s AND NOT EXISTS (SELECT 1 FROM batch_items i"
-                       " WHERE i.batch_id = b.id AND i.state IN ('queued', 'running'))", (batch_id,))
-    return cur.rowcount == 1
+    """Delete the batch and its items (its output file records follow) if none of them is queued or running."""
+    return bool(_delete_batches(conn, f"id = %s AND {_NOTHING_RUNS}", (batch_id,)))
 
 
 def finish_batches(conn: Conn) -> int:
     """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
     return conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE {_FINISHED}").rowcount
-
-
-def _copy_text(value: str) -> str:
-    """Escape a value for COPY's text format."""
-    return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
 # -- Operator reads (admin routes): every owner's batches, and the workers' heartbeats. -------------------------
@@ -240,22 +248,29 @@ def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
         " AND i.state = 'running' AND i.worker_id = w.id) AS running"
         " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()
 
-# Retention: a batch goes with its items (ON DELETE CASCADE); its usage events stay (they do not reference it).
+# Retention: a batch goes with its items (deleted by the same statement: they hold no foreign key, see migration
+# 0014) and its progress and output file records (ON DELETE CASCADE); its usage events stay.
 _NOTHING_RUNS = ("NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id"
                  " AND i.state IN ('queued', 'running'))")
 
 
 def delete_finished_batch(conn: Conn, batch_id: UUID) -> bool:
     """Delete the batch and its items unless an item is still queued or running; whether it was deleted."""
-    cur = conn.execute(f"DELETE FROM batches b WHERE id = %s AND {_NOTHING_RUNS}", (batch_id,))
-    return cur.rowcount == 1
+    return bool(_delete_batches(conn, f"id = %s AND {_NOTHING_RUNS}", (batch_id,)))
 
 
 def delete_batches_finished_before(conn: Conn, before: datetime, *, limit: int) -> list[Row]:
     """Delete up to LIMIT batches finished before BEFORE (oldest first) with their items; (id, total) of each."""
+    return _delete_batches(conn, "id IN (SELECT id FROM batches WHERE finished_at < %s ORDER BY finished_at"
+                                 f" LIMIT %s FOR UPDATE SKIP LOCKED) AND {_NOTHING_RUNS}", (before, limit))
+
+
+def _delete_batches(conn: Conn, where: str, params: Sequence[Any]) -> list[Row]:
+    """Delete the batches matching WHERE (on `batches b`) and their items in one statement; (id, total) of each."""
     return conn.execute(
-        f"DELETE FROM batches b WHERE id IN (SELECT id FROM batches WHERE finished_at < %s ORDER BY finished_at"
-        f" LIMIT %s FOR UPDATE SKIP LOCKED) AND {_NOTHING_RUNS} RETURNING id, total", (before, limit)).fetchall()
+        f"WITH gone AS (DELETE FROM batches b WHERE {where} RETURNING id, total),"
+        " items AS (DELETE FROM batch_items WHERE batch_id IN (SELECT id FROM gone))"
+        " SELECT id, total FROM gone", params).fetchall()
 
 
 def count_batches_finished_before(conn: Conn, before: datetime) -> Row:
