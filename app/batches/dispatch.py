@@ -8,14 +8,15 @@ Order of work (fair share): each pass splits the room in the window between the 
 publish (the credential that submitted, or the user for tokens) in proportion to their policies' `batch_weight`
 (default 1: equal shares), then between one owner's batches, oldest first; messages are interleaved across owners.
 So a new owner's batch is published at the next pass, behind at most one window of other owners' items, however
-large their backlog; and the window holds about two messages per live worker thread (see window()), so that is
-a fraction of a second of work.
+large their backlog; and the window holds the message each live worker thread runs plus a lead of at most one
+more message or LEAD_S of work (see window()), so that is a fraction of a second of work.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ MAX_GROUP = 8  # items per message at most
 MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
 CHUNK = 2000  # items published per pass at most
 REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, README)
+LEAD_S = 0.1  # work queued behind each thread's running message, when less than a message: covers a refill pass
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 
 
@@ -173,20 +175,24 @@ class Dispatcher:
         self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
 
     def window(self, threads: int, backlog: int, processes: int = 1) -> tuple[int, int]:
-        """(window, items per message). Every live thread gets two messages (the one it runs, the next at hand)
-        plus one item of slack; capped by RELAY_DISPATCH_WINDOW. (One message a thread plus what a refill takes
-        to arrive measured a little better for a new owner's wait, but left too few items in flight for policy
-        weights to show: tests/batches/test_fair_share.py.) Items are grouped only when they are known to be
-        fast (about MESSAGE_TARGET_S of work a message) and the backlog is deep: until an item has finished here,
-        one item a message (a slow upstream then never leaves a thread holding several seconds of queued work).
-        Also sets the refill step: a pass costs a few queries, so the next one waits until about 1/REFILL_STEPS of
-        the window is final, counted by this process's own finishes (about 1/PROCESSES of all)."""
-        threads = max(threads, 1)
+        """(window, items per message). Every live thread gets the message it runs, plus a lead queued behind it:
+        one more message and one item of slack, or less when that is more than LEAD_S of work (a slow upstream: the
+        lead only has to cover a refill pass, and whatever is queued is what a new owner's first items wait
+        behind). Capped by RELAY_DISPATCH_WINDOW. (A lead of less than one message a thread on fast items left too
+        few items in flight for policy weights to show: tests/batches/test_fair_share.py.) Items are grouped only
+        when they are known to be fast (about MESSAGE_TARGET_S of work a message) and the backlog is deep: until
+        an item has finished here, one item a message (a slow upstream then never leaves a thread holding several
+        seconds of queued work). Also sets the refill step: a pass costs a few queries, so the next one waits
+        until about 1/REFILL_STEPS of the window, and at most half the lead, is final, counted by this process's
+        own finishes (about 1/PROCESSES of all)."""
+        threads, processes = max(threads, 1), max(processes, 1)
         item_s = self._item_seconds()
         by_time = int(MESSAGE_TARGET_S / max(item_s, 1e-3)) if item_s > 0 else 1
         group = max(1, min(MAX_GROUP, by_time, backlog // (4 * threads)))
-        window = min(self.max_window, 2 * threads * group + threads)
-        self._refill = max(1, window // (REFILL_STEPS * max(processes, 1)))
+        share = 1.0 if item_s <= 0 else min(1.0, LEAD_S / (item_s * group))
+        lead = math.ceil((threads * group + threads) * share)
+        window = min(self.max_window, threads * group + lead)
+        self._refill = max(1, min(window // (REFILL_STEPS * processes), lead // (2 * processes)))
         return window, group
 
     def pump(self) -> int:

@@ -26,22 +26,22 @@ def test_items_finishing_after_a_pass_that_filled_the_window_wake_the_next_pass(
     broker.declare_queue(runtime.settings.queue_name, ensure=True)  # as a worker would, same arguments
     broker.close()
     batch_id = submit(client, key, [CHAT] * 40).json["id"]
-    with runtime.pool.connection() as conn:  # 1 process of 2 threads: a window of 2*2 + 2 = 6
+    with runtime.pool.connection() as conn:  # 1 process of 2 threads, items of 1 s: a window of 2 + 1 (the lead)
         conn.execute("DELETE FROM workers")
         conn.execute("INSERT INTO workers (id, hostname, pid, threads) VALUES ('refill-test', %s, 1, 2)",
                      (socket.gethostname(),))
     dispatcher = Dispatcher(runtime, item_seconds=lambda: 1.0, poll_s=300)  # slow items: one a message
     dispatcher.start()
     try:
-        wait_for(lambda: _published(runtime, batch_id) == 6, 10, "the first window published")
-        assert dispatcher.window(threads=2, backlog=34, processes=1) == (6, 1)
+        wait_for(lambda: _published(runtime, batch_id) == 3, 10, "the first window published")
+        assert dispatcher.window(threads=2, backlog=37, processes=1) == (3, 1)
         with runtime.pool.connection() as conn:  # the window's items become final (as a worker would count them)
-            conn.execute("INSERT INTO batch_progress (batch_id, counter, completed) VALUES (%s, 'refill-test', 6)",
+            conn.execute("INSERT INTO batch_progress (batch_id, counter, completed) VALUES (%s, 'refill-test', 3)",
                          (batch_id,))
-        for _ in range(6):
+        for _ in range(3):
             dispatcher.item_finished()
         # Within a few seconds, far from the 300 s poll: the finishes woke the next pass.
-        wait_for(lambda: _published(runtime, batch_id) == 12, 5, "the next window published after the finishes")
+        wait_for(lambda: _published(runtime, batch_id) == 6, 5, "the next window published after the finishes")
     finally:
         dispatcher.stop()
         client.post(f"/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"})
