@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_plain_pool: ThreadPoolExecutor | None = None
 
 
 def off_the_hub(fn: Callable[..., T], *args: Any) -> T:
@@ -19,3 +21,17 @@ def off_the_hub(fn: Callable[..., T], *args: Any) -> T:
     import gevent
 
     return gevent.get_hub().threadpool.apply(fn, args)  # type: ignore[no-any-return]
+
+
+def start_off_the_hub(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
+    """Start FN(*ARGS) on a native thread (gevent's pool when threading is patched, else a small pool of plain
+    threads) and go on; the function returned waits for its result (raising what it raised)."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        import gevent
+
+        return gevent.get_hub().threadpool.spawn(fn, *args).get  # type: ignore[no-any-return]
+    global _plain_pool
+    if _plain_pool is None:
+        _plain_pool = ThreadPoolExecutor(4, thread_name_prefix="relay-disk")
+    return _plain_pool.submit(fn, *args).result

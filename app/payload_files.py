@@ -31,11 +31,11 @@ class IncompleteFile(OSError):
     """A request file without its trailer (cut short, or not a request file at all)."""
 
 
-def write_request_file(fd: int, bodies: Iterable[bytes]) -> int:
+def write_request_file(fd: int, bodies: Iterable[bytes | memoryview]) -> int:
     """Write BODIES, their index and the trailer to FD; the number of items. Bodies go out in gathered writes
     straight from their buffers (no copy of the batch in memory)."""
     offsets = array("Q", [0])
-    chunk: list[bytes] = []
+    chunk: list[bytes | memoryview] = []
     end = 0
     for body in bodies:
         chunk.append(body)
@@ -83,7 +83,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def writev_all(fd: int, buffers: list[bytes]) -> None:
+def writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
     """Write BUFFERS in order with as few system calls as the kernel allows."""
     written = os.writev(fd, buffers) if buffers else 0
     if written == sum(len(b) for b in buffers):

@@ -87,7 +87,7 @@ class PayloadStore:
 
     # requests ----------------------------------------------------------------------------------------------------
 
-    def write_requests(self, batch_id: UUID, bodies: Iterable[bytes]) -> None:
+    def write_requests(self, batch_id: UUID, bodies: Iterable[bytes | memoryview]) -> None:
         """Write a new batch's request file, sync it once and publish its folder whole (rename)."""
         staging = self.root / STAGING / str(batch_id)
         try:

@@ -64,22 +64,23 @@ class ParsedBatch:
             yield self.raw[start:end] if self.raw else self.text[start:end].encode()
 
 
-def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None) -> ParsedBatch:
+def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None, typed: bool = True) -> ParsedBatch:
     """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item, BatchItemTooLarge
     (413) for an item of more than MAX_ITEM_BYTES (found without decoding past that many characters of it).
+    TYPED: try the typed path first (False: the caller already did, see typed_batch()).
 
     JSON nested near the interpreter's recursion limit raises RecursionError in the decoder or in any later walk
     of it (validation, the model name, the metadata size): that is bad input, answered 400 like malformed JSON.
     """
     try:
-        return _parse_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
+        return _parse_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes, typed=typed)
     except RecursionError:
         raise InvalidJson(message="the body is nested too deeply") from None
 
 
-def _parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
-    typed = _parse_typed(raw, max_items=max_items, max_item_bytes=max_item_bytes)
-    return typed if typed is not None else _scan_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
+def _parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None, typed: bool) -> ParsedBatch:
+    parsed = _parse_typed(raw, max_items=max_items, max_item_bytes=max_item_bytes) if typed else None
+    return parsed if parsed is not None else _scan_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
 
 
 def _scan_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
@@ -120,11 +121,47 @@ _UNSURE = (msgspec.DecodeError, RecursionError, UnicodeError)  # DecodeError inc
 # from where they are called: the typed path decodes this many frames deeper than the scanner ever does, so an item
 # nested near the limit fails there first and goes to the scanner, which decides.
 TYPED_PATH_HEADROOM = 16
+CHECK_CHUNK = 512  # items checked at a time by TypedBatch.checked_models (while the previous ones are copied)
 
 
-def _parse_typed(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch | None:
-    """The batch when its envelope is valid and every item decodes as its shape's batch_item_type and needs no
-    other check; None when the scanner must decide (bad input, or valid input outside those types)."""
+class NeedsScanner(Exception):
+    """An item of a TypedBatch does not fit the typed path: parse the body with parse_batch(typed=False)."""
+
+
+@dataclass
+class TypedBatch:
+    """A body whose envelope the typed path read: its items' bytes, not yet checked (see models())."""
+
+    shape: str
+    metadata: dict[str, Any] | None
+    spans: list[msgspec.Raw]
+    items: msgspec.json.Decoder[Any]
+
+    def bodies(self) -> Iterator[memoryview]:
+        """Each item's request body, as the caller sent it (views of the body's bytes)."""
+        return map(memoryview, self.spans)
+
+    def checked_models(self) -> Iterator[str]:
+        """Each item's model name, checked CHECK_CHUNK items at a time as they are consumed; NeedsScanner (after
+        some names were yielded) when an item does not fit the typed path."""
+        for start in range(0, len(self.spans), CHECK_CHUNK):
+            models = self.models(start, start + CHECK_CHUNK)
+            if models is None:
+                raise NeedsScanner
+            yield from models
+
+    def models(self, start: int = 0, stop: int | None = None) -> list[str] | None:
+        """The model names of items START:STOP when each decodes as its shape's batch_item_type, is strict JSON and
+        needs no other check; None as soon as one does not (the scanner must decide)."""
+        try:
+            return _deeper(TYPED_PATH_HEADROOM, _typed_models, self.items, self.spans[start:stop])
+        except _UNSURE:
+            return None
+
+
+def typed_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> TypedBatch | None:
+    """The batch's envelope and item bytes when the envelope is valid and the items may all fit the typed path;
+    None when the scanner must decide (bad input, or valid input outside those types)."""
     try:
         envelope = _SPANS.decode(raw)
     except _UNSURE:
@@ -137,17 +174,19 @@ def _parse_typed(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> P
     metadata = None if isinstance(envelope.metadata, msgspec.UnsetType) else envelope.metadata
     if validate_envelope({"shape": shape} | ({} if metadata is None else {"metadata": metadata}), has_requests=True):
         return None
-    try:
-        models = _deeper(TYPED_PATH_HEADROOM, _typed_models, items, spans)
-    except _UNSURE:
+    return TypedBatch(shape, metadata, spans, items)
+
+
+def _parse_typed(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch | None:
+    """The whole batch read by the typed path, or None."""
+    typed = typed_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
+    models = typed.models() if typed is not None else None
+    if typed is None or models is None:
         return None
-    if models is None:
-        return None
-    return ParsedBatch(shape=shape, metadata=metadata, raw=raw, text="", models=models, spans=spans)
+    return ParsedBatch(shape=typed.shape, metadata=typed.metadata, raw=raw, text="", models=models, spans=typed.spans)
 
 
 def _typed_models(items: msgspec.json.Decoder[Any], spans: list[msgspec.Raw]) -> list[str] | None:
-    """Each item's model name, when every item decodes as ITEMS' type, is strict JSON and needs no other check."""
     models: list[str] = []
     for span in spans:
         item = items.decode(span)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -17,9 +17,9 @@ from app.auth_model import ATTRIBUTION, Caller
 from app.batches import store
 from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.finals import cancel_queued
-from app.batches.intake import parse_batch
+from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
-from app.blocking import off_the_hub
+from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
@@ -46,59 +46,72 @@ def payload_store(runtime: Runtime) -> PayloadStore:
 
 def submit_batch(runtime: Runtime, caller: Caller, raw: bytes, origin: BatchOrigin | None = None) -> dict[str, Any]:
     """Validate a whole `POST /v1/batches` body, then store it (create_batch); the new batch object.
-    ORIGIN: what a provider API's create adds (its columns, custom_ids, writes in the same transaction)."""
+    ORIGIN: what a provider API's create adds (its columns, custom_ids, writes in the same transaction).
+
+    A body the typed path reads is stored while its items are checked (their rows are copied as they pass, the
+    request file is written meanwhile): an item it cannot vouch for rolls that back, and the scanner decides."""
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
-    parsed = parse_batch(raw, max_items=settings.batch_max_items, max_item_bytes=settings.max_request_bytes)
+    limits = {"max_items": settings.batch_max_items, "max_item_bytes": settings.max_request_bytes}
+    typed = typed_batch(raw, **limits)
+    if typed is not None:
+        try:
+            return create_batch(runtime, caller, shape=typed.shape, metadata=typed.metadata, bodies=typed.bodies(),
+                                models=typed.checked_models(), total=len(typed.spans), origin=origin)
+        except NeedsScanner:
+            pass  # nothing was stored
+    parsed = parse_batch(raw, **limits, typed=False)
     return create_batch(runtime, caller, shape=parsed.shape, metadata=parsed.metadata, bodies=parsed.item_bodies(),
-                        models=parsed.models, origin=origin)
+                        models=parsed.models, total=parsed.count, origin=origin)
 
 
 def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict[str, Any] | None,
-                 bodies: Iterable[bytes], models: Sequence[str], origin: BatchOrigin | None = None) -> dict[str, Any]:
-    """Store a validated batch: each item's request BODIES (its JSON bytes) and model name, in idx order.
+                 bodies: Iterable[bytes | memoryview], models: Iterable[str], total: int,
+                 origin: BatchOrigin | None = None) -> dict[str, Any]:
+    """Store a batch of TOTAL items: each item's request BODIES (its JSON bytes) and model name, in idx order.
 
-    The request file is written and synced while the items are copied into Postgres; the transaction commits
-    only after both, and a failure of either leaves nothing: no row, no visible file.
+    The request file is written and synced on a native thread while this one inserts the batch and copies the
+    items into Postgres; the transaction commits only after both, and a failure of either (an exception raised
+    while iterating MODELS included) leaves nothing: no row, no visible file.
     """
     batch_id = uuid4()
     payloads = payload_store(runtime)
     batch = {
-        "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": len(models),
+        "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": total,
         "owner": caller.owner, **caller.attribution(), **(origin.columns if origin else {}),
     }
+    stop = threading.Event()
+    written = start_off_the_hub(payloads.write_requests, batch_id, _until(stop, bodies))
     try:
         with runtime.pool.connection() as conn, conn.transaction():
-            row = _store_batch(conn, batch, bodies, models, payloads, origin)
+            row = store.insert_batch(conn, batch)
+            store.copy_items(conn, batch_id, models, origin.custom_ids if origin else None)
+            if origin is not None and origin.also is not None:
+                origin.also(conn, batch_id)
+            written()  # the request file is durable and in place before the commit
             store.notify(conn, store.SUBMIT_CHANNEL, str(batch_id))
     except BaseException as exc:
+        stop.set()
+        with contextlib.suppress(Exception):
+            written()  # the writer is done (stopped early, or failed) before its files are removed
         payloads.remove_batch(batch_id)
         if isinstance(exc, psycopg.OperationalError):
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
-    return batch_view(row, {"queued": len(models)}, items=[], next_after=-1)
+    return batch_view(row, {"queued": total}, items=[], next_after=-1)
 
 
-def _store_batch(conn: psycopg.Connection[Any], batch: dict[str, Any], bodies: Iterable[bytes],
-                 models: Sequence[str], payloads: PayloadStore, origin: BatchOrigin | None) -> dict[str, Any]:
-    """Insert the batch and COPY its items on a helper thread while this one writes the request file; the
-    caller commits only after both are done (the file durable first)."""
+class _NotStored(OSError):
+    """The request file is abandoned: the batch is not stored (the writer cleans up as after any write error)."""
 
-    def insert() -> dict[str, Any]:
-        row = store.insert_batch(conn, batch)
-        store.copy_items(conn, batch["id"], models, origin.custom_ids if origin else None)
-        if origin is not None and origin.also is not None:
-            origin.also(conn, batch["id"])
-        return row
 
-    with ThreadPoolExecutor(1, thread_name_prefix="relay-batch-copy") as pool:
-        inserted = pool.submit(insert)
-        try:
-            off_the_hub(payloads.write_requests, batch["id"], bodies)  # the COPY runs meanwhile
-        finally:
-            row = inserted.result()  # the connection is ours again before the transaction ends
-    return row
+def _until(stop: threading.Event, bodies: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """BODIES, cut short (the writer fails, nothing is published) once STOP is set: the batch is not stored."""
+    for n, body in enumerate(bodies):
+        if n % 512 == 0 and stop.is_set():
+            raise _NotStored("the batch is not stored")
+        yield body
 
 
 def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,

@@ -96,6 +96,41 @@ def test_every_invalid_item_is_listed_with_its_index_and_nothing_is_stored(clien
         assert conn.execute("SELECT count(*) AS n FROM batches").fetchone()["n"] == before
 
 
+
+def _counts(runtime: Any) -> tuple[int, int]:
+    with runtime.pool.connection() as conn:
+        row = conn.execute("SELECT (SELECT count(*) FROM batches) AS b, (SELECT count(*) FROM batch_items) AS i")
+        found = row.fetchone()
+    return found["b"], found["i"]
+
+
+def test_a_bad_item_after_many_good_ones_rejects_the_batch_with_nothing_stored(client, key, runtime) -> None:
+    # The typed path copies rows and writes the request file while it checks items: item 1500 makes it roll all
+    # of that back, and the scanner answers.
+    before, folders = _counts(runtime), set(payload_store(runtime).root.iterdir())
+    details = _errors(submit(client, key, [CHAT] * 1500 + [{"model": "gpt-4o-mini"}] + [CHAT] * 10))
+    assert [(d["idx"], d["field"]) for d in details] == [(1500, "messages")]
+    assert _counts(runtime) == before
+    assert set(payload_store(runtime).root.iterdir()) == folders
+    assert not any(Path(payload_store(runtime).root, ".staging").iterdir())
+
+
+def test_a_valid_item_the_typed_path_cannot_vouch_for_is_stored_by_the_scanner(client, key, runtime) -> None:
+    # An assistant turn with tool calls and no content is valid Chat Completions, outside the typed struct.
+    tool_turn = {"model": "gpt-4o-mini", "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                               "function": {"name": "w", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}
+    items = [CHAT] * 1500 + [tool_turn, CHAT]
+    batches, rows = _counts(runtime)
+    res = submit(client, key, items)
+    assert res.status_code == 202, res.get_data(as_text=True)
+    assert _counts(runtime) == (batches + 1, rows + len(items))  # the typed attempt's rows are gone
+    store = payload_store(runtime)
+    assert json.loads(store.read_request(res.json["id"], 1500)) == tool_turn
+    assert json.loads(store.read_request(res.json["id"], 1501)) == CHAT
+
 def test_items_are_validated_against_the_batch_shape(client, key) -> None:
     anthropic_item = {"model": "claude-sonnet", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     assert submit(client, key, [anthropic_item], shape="anthropic").status_code == 202
