@@ -38,7 +38,7 @@ MAX_GROUP = 8  # items per message at most
 MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
 CHUNK = 2000  # items published per pass at most
 REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, README)
-LEAD_S = 0.1  # work queued behind each thread's running message, when less than a message: covers a refill pass
+LEAD_S = 0.1  # the lead behind the running messages shrinks by LEAD_S / a message's time when below 1 (window())
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 
 
@@ -176,10 +176,11 @@ class Dispatcher:
 
     def window(self, threads: int, backlog: int, processes: int = 1) -> tuple[int, int]:
         """(window, items per message). Every live thread gets the message it runs, plus a lead queued behind it:
-        one more message and one item of slack, or less when that is more than LEAD_S of work (a slow upstream: the
-        lead only has to cover a refill pass, and whatever is queued is what a new owner's first items wait
-        behind). Capped by RELAY_DISPATCH_WINDOW. (A lead of less than one message a thread on fast items left too
-        few items in flight for policy weights to show: tests/batches/test_fair_share.py.) Items are grouped only
+        one more message and one item of slack, scaled by LEAD_S / a message's time when messages take longer than
+        LEAD_S (a slow upstream: the lead only has to cover a refill pass, and whatever is queued is what a new
+        owner's first items wait behind). Capped by RELAY_DISPATCH_WINDOW. (A lead of less than one message a
+        thread on fast items left too few items in flight for policy weights to show: tests/batches/
+        test_fair_share.py.) Items are grouped only
         when they are known to be fast (about MESSAGE_TARGET_S of work a message) and the backlog is deep: until
         an item has finished here, one item a message (a slow upstream then never leaves a thread holding several
         seconds of queued work). Also sets the refill step: a pass costs a few queries, so the next one waits
