@@ -49,41 +49,32 @@ class ParsedBatch:
     starts: array = field(default_factory=lambda: array("q"))
     ends: array = field(default_factory=lambda: array("q"))
     models: list[str] = field(default_factory=list)
-    spans: list[msgspec.Raw] | None = None  # each item's bytes, when the typed path found them
 
     @property
     def count(self) -> int:
-        return len(self.starts) if self.spans is None else len(self.spans)
+        return len(self.starts)
 
     def item_bodies(self) -> Iterator[bytes]:
         """Each item's request body, as the caller sent it."""
-        if self.spans is not None:
-            yield from map(bytes, self.spans)
-            return
         for start, end in zip(self.starts, self.ends, strict=True):
             yield self.raw[start:end] if self.raw else self.text[start:end].encode()
 
 
-def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None, typed: bool = True) -> ParsedBatch:
-    """Decode, scan and validate a whole batch body; raise InvalidBatch listing every bad item, BatchItemTooLarge
-    (413) for an item of more than MAX_ITEM_BYTES (found without decoding past that many characters of it).
-    TYPED: try the typed path first (False: the caller already did, see typed_batch()).
+def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None) -> ParsedBatch:
+    """Decode, scan and validate a whole batch body (the scanner: what decides when typed_batch() cannot); raise
+    InvalidBatch listing every bad item, BatchItemTooLarge (413) for an item of more than MAX_ITEM_BYTES (found
+    without decoding past that many characters of it).
 
     JSON nested near the interpreter's recursion limit raises RecursionError in the decoder or in any later walk
     of it (validation, the model name, the metadata size): that is bad input, answered 400 like malformed JSON.
     """
     try:
-        return _parse_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes, typed=typed)
+        return _parse_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
     except RecursionError:
         raise InvalidJson(message="the body is nested too deeply") from None
 
 
-def _parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None, typed: bool) -> ParsedBatch:
-    parsed = _parse_typed(raw, max_items=max_items, max_item_bytes=max_item_bytes) if typed else None
-    return parsed if parsed is not None else _scan_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
-
-
-def _scan_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
+def _parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -125,7 +116,7 @@ CHECK_CHUNK = 512  # items checked at a time by TypedBatch.checked_models (while
 
 
 class NeedsScanner(Exception):
-    """An item of a TypedBatch does not fit the typed path: parse the body with parse_batch(typed=False)."""
+    """An item of a TypedBatch does not fit the typed path: parse the body with parse_batch()."""
 
 
 @dataclass
@@ -175,15 +166,6 @@ def typed_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> Ty
     if validate_envelope({"shape": shape} | ({} if metadata is None else {"metadata": metadata}), has_requests=True):
         return None
     return TypedBatch(shape, metadata, spans, items)
-
-
-def _parse_typed(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch | None:
-    """The whole batch read by the typed path, or None."""
-    typed = typed_batch(raw, max_items=max_items, max_item_bytes=max_item_bytes)
-    models = typed.models() if typed is not None else None
-    if typed is None or models is None:
-        return None
-    return ParsedBatch(shape=typed.shape, metadata=typed.metadata, raw=raw, text="", models=models, spans=typed.spans)
 
 
 def _typed_models(items: msgspec.json.Decoder[Any], spans: list[msgspec.Raw]) -> list[str] | None:

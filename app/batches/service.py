@@ -61,7 +61,7 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes, origin: BatchOrig
                                 models=typed.checked_models(), total=len(typed.spans), origin=origin)
         except NeedsScanner:
             pass  # nothing was stored
-    parsed = parse_batch(raw, **limits, typed=False)
+    parsed = parse_batch(raw, **limits)
     return create_batch(runtime, caller, shape=parsed.shape, metadata=parsed.metadata, bodies=parsed.item_bodies(),
                         models=parsed.models, total=parsed.count, origin=origin)
 

@@ -1,4 +1,4 @@
-"""The typed path of batch intake (app/batches/intake.py `_parse_typed`, msgspec with each shape's batch_item_type)
+"""The typed path of batch intake (app/batches/intake.py `typed_batch`, msgspec with each shape's batch_item_type)
 never accepts a body the one-pass scanner would refuse, and what it accepts it reads exactly as the scanner does:
 same items, same bytes, same model names, same envelope. Bodies are generated near the edges of validity: valid
 items with members replaced by any JSON value, unknown members, raw JSON text no decoder should let through
@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.batches.intake import ParsedBatch, _parse_typed, _scan_batch
+from app.batches.intake import ParsedBatch, TypedBatch, _parse_batch, typed_batch
 from app.errors import RelayError
 from tests.fuzz.test_batch_validation_properties import JSON_VALUES, PLAIN_TEXT, VALID_ITEMS
 
@@ -55,9 +55,17 @@ def _dump(body: dict[str, Any], data: st.DataObject) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def _same(typed: ParsedBatch, scanned: ParsedBatch) -> None:
-    assert (typed.shape, typed.metadata, typed.models) == (scanned.shape, scanned.metadata, scanned.models)
-    assert [bytes(b) for b in typed.item_bodies()] == [bytes(b) for b in scanned.item_bodies()]
+def _parse_typed(raw: bytes, **limits: Any) -> tuple[TypedBatch, list[str]] | None:
+    """The batch and its model names, when the typed path reads the whole body; None when the scanner must."""
+    typed = typed_batch(raw, **limits)
+    models = typed.models() if typed is not None else None
+    return None if typed is None or models is None else (typed, models)
+
+
+def _same(read: tuple[TypedBatch, list[str]], scanned: ParsedBatch) -> None:
+    typed, models = read
+    assert (typed.shape, typed.metadata, models) == (scanned.shape, scanned.metadata, scanned.models)
+    assert [bytes(b) for b in typed.bodies()] == list(scanned.item_bodies())
 
 
 @SETTINGS
@@ -75,7 +83,7 @@ def test_the_typed_path_accepts_only_what_the_scanner_accepts_and_reads_it_the_s
         raw = raw[:-1] + b', "%s": %s}' % (extra.encode(), _dump({"v": data.draw(VALUES)}, data)[6:-1])
     typed = _parse_typed(raw, **LIMITS)
     try:
-        scanned = _scan_batch(raw, **LIMITS)
+        scanned = _parse_batch(raw, **LIMITS)
     except RelayError:
         assert typed is None, f"the typed path accepted a body the scanner refuses: {raw[:300]!r}"
         return
@@ -90,7 +98,7 @@ def test_the_typed_path_takes_the_common_batches(shape: str, data: st.DataObject
     raw = json.dumps({"shape": shape, "metadata": {"run": 1}, "requests": items}).encode()
     typed = _parse_typed(raw, **LIMITS)
     assert typed is not None, raw[:300]
-    _same(typed, _scan_batch(raw, **LIMITS))
+    _same(typed, _parse_batch(raw, **LIMITS))
 
 
 def _nested_item_batch(depth: int) -> bytes:
@@ -105,7 +113,7 @@ def test_items_nested_near_the_recursion_limit_are_accepted_by_the_typed_path_on
         raw = _nested_item_batch(depth)
         typed = _parse_typed(raw, max_items=5, max_item_bytes=None)
         try:
-            scanned = _scan_batch(raw, max_items=5, max_item_bytes=None)
+            scanned = _parse_batch(raw, max_items=5, max_item_bytes=None)
         except RecursionError:  # parse_batch answers it with InvalidJson
             assert typed is None, f"the typed path accepted an item nested {depth} deep that the scanner refuses"
             outcomes.add("refused")
