@@ -180,12 +180,11 @@ class Dispatcher:
         LEAD_S (a slow upstream: the lead only has to cover a refill pass, and whatever is queued is what a new
         owner's first items wait behind). Capped by RELAY_DISPATCH_WINDOW. (A lead of less than one message a
         thread on fast items left too few items in flight for policy weights to show: tests/batches/
-        test_fair_share.py.) Items are grouped only
-        when they are known to be fast (about MESSAGE_TARGET_S of work a message) and the backlog is deep: until
-        an item has finished here, one item a message (a slow upstream then never leaves a thread holding several
-        seconds of queued work). Also sets the refill step: a pass costs a few queries, so the next one waits
-        until about 1/REFILL_STEPS of the window, and at most half the lead, is final, counted by this process's
-        own finishes (about 1/PROCESSES of all)."""
+        test_fair_share.py.) Items are grouped only when they are known to be fast (about MESSAGE_TARGET_S of work
+        a message) and the backlog is deep: until an item has finished here, one item a message (a slow upstream
+        then never leaves a thread holding several seconds of queued work). Also sets the refill step: a pass
+        costs a few queries, so the next one waits until about 1/REFILL_STEPS of the window, and at most half the
+        lead, is final, counted by this process's own finishes (about 1/PROCESSES of all)."""
         threads, processes = max(threads, 1), max(processes, 1)
         item_s = self._item_seconds()
         by_time = int(MESSAGE_TARGET_S / max(item_s, 1e-3)) if item_s > 0 else 1

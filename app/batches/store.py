@@ -193,11 +193,6 @@ def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
     return row["finished_at"] if row else None
 
 
-def delete_ended_batch(conn: Conn, batch_id: UUID) -> bool:
-    """Delete the batch and its items (its output file records follow) if none of them is queued or running."""
-    return bool(_delete_batches(conn, f"id = %s AND {_NOTHING_RUNS}", (batch_id,)))
-
-
 def finish_batches(conn: Conn) -> int:
     """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
     return conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE {_FINISHED}").rowcount
