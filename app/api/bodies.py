@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flask import request
+from gunicorn.http.body import Body, LengthReader
+from gunicorn.http.unreader import SocketUnreader
+from werkzeug.exceptions import ClientDisconnected
 
 from app.errors import BadRequest, RelayError
 
@@ -14,8 +17,11 @@ _READ_CHUNK = 1 << 20
 def read_body(limit: int, too_large: Callable[[int], RelayError]) -> bytes:
     """The body, refused (too_large(limit), a 413) as soon as it passes LIMIT bytes: a chunked upload declares no
     length, and reading it whole first would hold everything past the limit, and a copy, in memory."""
-    if request.content_length is not None and request.content_length > limit:
+    length = request.content_length
+    if length is not None and length > limit:
         raise too_large(limit)
+    if length is not None and (received := _received_whole(length)) is not None:
+        return received
     body = bytearray()  # one block, whose memory goes back to the system when a refused body is dropped
     while chunk := request.stream.read(_READ_CHUNK):
         if len(body) + len(chunk) > limit:
@@ -23,6 +29,36 @@ def read_body(limit: int, too_large: Callable[[int], RelayError]) -> bytes:
             raise too_large(limit)
         body += chunk
     return bytes(body)
+
+
+def _received_whole(length: int) -> bytes | None:
+    """Under gunicorn (`relay api`), a body of LENGTH bytes received straight from the socket into one buffer,
+    before anything else read it; None elsewhere, and the WSGI stream is read instead. gunicorn's stream copies
+    each chunk it receives three times over (about 15 ms for a 10 MiB batch, most of what reading it costs)."""
+    stream = request.environ.get("wsgi.input")
+    reader = getattr(stream, "reader", None)
+    if not isinstance(stream, Body) or not isinstance(reader, LengthReader) or reader.length != length \
+            or stream.buf.tell() or not isinstance(reader.unreader, SocketUnreader):
+        return None
+    unreader = reader.unreader
+    early = unreader.take_buffered()  # what arrived with the head
+    if len(early) > length:
+        unreader.unread(early[length:])  # a pipelined next request
+    reader.length = 0  # the stream now holds nothing more of this body
+    body = bytearray(length)
+    with memoryview(body) as view:
+        got = len(early[:length])
+        view[:got] = early[:length]
+        while got < length:
+            try:
+                count = unreader.sock.recv_into(view[got:])
+            except OSError:  # the server's I/O deadline (a timeout), or a reset
+                count = 0
+            if not count:
+                stream.failed = True  # where the next request starts is unknown: the connection is not reused
+                raise ClientDisconnected()
+            got += count
+    return body  # type: ignore[return-value]  # a bytearray: bytes-like, and never changed after this
 
 
 def json_text(raw: bytes) -> str:

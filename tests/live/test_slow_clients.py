@@ -117,3 +117,45 @@ def test_malformed_http_is_answered_with_a_json_error(replicas: list[RelayProces
     assert head.startswith(f"HTTP/1.1 {status} ".encode()), head
     assert b"content-type: application/json" in head.lower()
     assert json.loads(body)["error"]["code"] == code
+
+
+def _batch_head(key: str, length: int) -> bytes:
+    return (b"POST /v1/batches HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+            + key.encode() + b"\r\nContent-Length: " + str(length).encode() + b"\r\n\r\n")
+
+
+def _batches_of(runtime: Runtime, batch_id: str | None = None) -> int:
+    with runtime.pool.connection() as conn:
+        row = conn.execute("SELECT count(*) AS n FROM batches" + (" WHERE id = %s" if batch_id else ""),
+                           (batch_id,) if batch_id else ()).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def test_a_batch_body_is_read_whole_with_the_next_request_pipelined_behind_it(
+        replicas: list[RelayProcess], new_key: Callable[[str], str], runtime: Runtime) -> None:
+    """The body is received straight from the socket (app/api/bodies.py): bytes of the next request that arrived
+    with it are left for that request."""
+    key = new_key("main")
+    body = json.dumps({"shape": "openai", "requests": [CHAT] * 50}).encode()
+    with connect(replicas[0]) as sock:
+        sock.sendall(_batch_head(key, len(body)) + body
+                     + b"GET /healthz HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
+        answer = read_all(sock)
+    first, _, rest = answer.partition(b"HTTP/1.1 200 ")
+    assert first.startswith(b"HTTP/1.1 202 "), answer[:300]
+    batch = json.loads(first.partition(b"\r\n\r\n")[2])
+    assert batch["total"] == 50 and _batches_of(runtime, batch["id"]) == 1
+    assert rest, "the pipelined request is answered"
+
+
+def test_a_batch_body_cut_short_is_answered_408_and_stores_nothing(
+        replicas: list[RelayProcess], new_key: Callable[[str], str], runtime: Runtime) -> None:
+    key = new_key("main")
+    body = json.dumps({"shape": "openai", "requests": [CHAT] * 2000}).encode()
+    before = _batches_of(runtime)
+    with connect(replicas[0]) as sock:
+        sock.sendall(_batch_head(key, len(body)) + body[:len(body) // 2])
+        sock.shutdown(socket.SHUT_WR)  # the client stops sending halfway
+        answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer, answer[:300]
+    assert _batches_of(runtime) == before
