@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -29,6 +30,11 @@ from gunicorn.workers.ggevent import GeventWorker
 
 log = logging.getLogger("relay.api.server")
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
+# How long a busy request greenlet keeps the GIL from a native thread of the worker that wants it back after a
+# system call (Python's default is 5 ms). A batch's request file is written on such a thread while the request
+# checks and copies its items: with the default it waited up to 5 ms after each of its writes, and finished
+# ~15 ms after them for a 10,000-item batch instead of before.
+SWITCH_INTERVAL_S = 0.0005
 
 # gunicorn's parse errors → (status, Relay error code, message); the first matching class wins.
 _PARSE_ERRORS: tuple[tuple[type[BaseException], int, str, str], ...] = (
@@ -111,6 +117,7 @@ def _close_runtime(_server: Any, worker: Any) -> None:
 
 def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float) -> None:
     RelayGeventWorker.io_timeout_s = io_timeout_s
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # inherited by the forked workers
     options = {
         "bind": bind,
         "workers": workers,
