@@ -15,15 +15,23 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
+from itertools import accumulate, islice
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+    class Body(Buffer, Sized, Protocol):
+        """A request body: any object with the buffer protocol and a length in bytes (bytes, memoryview of
+        bytes, msgspec.Raw)."""
 
 MAGIC = b"RLYREQ01"
 _TRAILER = struct.Struct("<Q8s")
 _SPAN = struct.Struct("<QQ")
-_GATHER = 512  # request bodies per gathered write (below every system's IOV_MAX)
+_GATHER = min(1024, os.sysconf("SC_IOV_MAX"))  # request bodies per gathered write (the system's limit: 1024 on Linux)
 SYNC_FAILURE_HOLD_S = 60.0  # how long a failed segment sync keeps failing every sync() of the process
 
 
@@ -31,25 +39,35 @@ class IncompleteFile(OSError):
     """A request file without its trailer (cut short, or not a request file at all)."""
 
 
-def write_request_file(fd: int, bodies: Iterable[bytes | memoryview]) -> int:
+def write_request_file(fd: int, bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) -> int:
     """Write BODIES, their index and the trailer to FD; the number of items. Bodies go out in gathered writes
-    straight from their buffers (no copy of the batch in memory)."""
+    straight from their buffers (no copy of the batch in memory), a slice of BODIES each when it is a sequence.
+    ABANDONED is asked before each write: Abandoned is raised once it answers True."""
     offsets = array("Q", [0])
-    chunk: list[bytes | memoryview] = []
-    end = 0
-    for body in bodies:
-        chunk.append(body)
-        end += len(body)
-        offsets.append(end)
-        if len(chunk) == _GATHER:
-            writev_all(fd, chunk)
-            chunk.clear()
-    writev_all(fd, chunk)
+    for chunk in _gathered(bodies):
+        if abandoned is not None and abandoned():
+            raise Abandoned("the request file was abandoned")
+        writev_all(fd, chunk)
+        offsets.extend(islice(accumulate(map(len, chunk), initial=offsets[-1]), 1, None))
     if sys.byteorder == "big":
         offsets.byteswap()
     write_all(fd, offsets.tobytes())
     write_all(fd, _TRAILER.pack(len(offsets) - 1, MAGIC))
     return len(offsets) - 1
+
+
+class Abandoned(OSError):
+    """The writer of a request file was told to give up (its file is not complete)."""
+
+
+def _gathered(bodies: Iterable[Body]) -> Iterator[Sequence[Body]]:
+    if isinstance(bodies, Sequence):
+        for start in range(0, len(bodies), _GATHER):
+            yield bodies[start:start + _GATHER]
+        return
+    items = iter(bodies)
+    while chunk := list(islice(items, _GATHER)):
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -77,13 +95,13 @@ def read_request_body(fd: int, index: RequestIndex, idx: int) -> bytes:
     return pread_exact(fd, end - start, start)
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: Buffer) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
-def writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
+def writev_all(fd: int, buffers: Sequence[Body]) -> None:
     """Write BUFFERS in order with as few system calls as the kernel allows."""
     written = os.writev(fd, buffers) if buffers else 0
     if written == sum(len(b) for b in buffers):

@@ -19,9 +19,10 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from app.errors import InsufficientStorage
@@ -37,6 +38,9 @@ from app.payload_files import (
     read_request_index,
     write_request_file,
 )
+
+if TYPE_CHECKING:
+    from app.payload_files import Body
 
 STAGING = ".staging"
 REQUESTS_FILE = "requests.bin"
@@ -87,8 +91,10 @@ class PayloadStore:
 
     # requests ----------------------------------------------------------------------------------------------------
 
-    def write_requests(self, batch_id: UUID, bodies: Iterable[bytes | memoryview]) -> None:
-        """Write a new batch's request file, sync it once and publish its folder whole (rename)."""
+    def write_requests(self, batch_id: UUID, bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) \
+            -> None:
+        """Write a new batch's request file, sync it once and publish its folder whole (rename). ABANDONED is asked
+        between writes: once it answers True the write fails (PayloadStoreUnavailable) and nothing is published."""
         staging = self.root / STAGING / str(batch_id)
         try:
             self._make_dir(self.root)
@@ -98,7 +104,7 @@ class PayloadStore:
             fd = os.open(staging / REQUESTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.file_mode)
             try:
                 os.fchmod(fd, self.file_mode)
-                write_request_file(fd, bodies)
+                write_request_file(fd, bodies, abandoned)
                 os.fdatasync(fd)
             finally:
                 os.close(fd)

@@ -8,7 +8,7 @@ import json
 import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import psycopg
@@ -23,6 +23,9 @@ from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
+
+if TYPE_CHECKING:
+    from app.payload_files import Body
 
 RESULTS_CHUNK = 2000
 _STATES = ("queued", "running", "completed", "discarded", "cancelled")
@@ -67,7 +70,7 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes, origin: BatchOrig
 
 
 def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict[str, Any] | None,
-                 bodies: Iterable[bytes | memoryview], models: Iterable[str], total: int,
+                 bodies: Iterable[Body], models: Iterable[str], total: int,
                  origin: BatchOrigin | None = None) -> dict[str, Any]:
     """Store a batch of TOTAL items: each item's request BODIES (its JSON bytes) and model name, in idx order.
 
@@ -82,7 +85,7 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
         "owner": caller.owner, **caller.attribution(), **(origin.columns if origin else {}),
     }
     stop = threading.Event()
-    written = start_off_the_hub(payloads.write_requests, batch_id, _until(stop, bodies))
+    written = start_off_the_hub(payloads.write_requests, batch_id, bodies, stop.is_set)
     try:
         with runtime.pool.connection() as conn, conn.transaction():
             row = store.insert_batch(conn, batch)
@@ -100,18 +103,6 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
     return batch_view(row, {"queued": total}, items=[], next_after=-1)
-
-
-class _NotStored(OSError):
-    """The request file is abandoned: the batch is not stored (the writer cleans up as after any write error)."""
-
-
-def _until(stop: threading.Event, bodies: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:
-    """BODIES, cut short (the writer fails, nothing is published) once STOP is set: the batch is not stored."""
-    for n, body in enumerate(bodies):
-        if n % 512 == 0 and stop.is_set():
-            raise _NotStored("the batch is not stored")
-        yield body
 
 
 def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,

@@ -44,6 +44,36 @@ def test_a_batch_of_requests_is_one_file_and_each_item_reads_back_exactly(store:
             store.read_request(batch, idx)
 
 
+def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: PayloadStore, tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    gather = payload_files._GATHER
+    bodies = _bodies(2 * gather + 452)  # three gathered writes: a slice of the list each
+    writes: list[int] = []
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, buffers: writes.append(len(buffers)) or real(fd, buffers))
+    listed, iterated = uuid4(), uuid4()
+    store.write_requests(listed, bodies)
+    assert writes == [gather, gather, 452]
+    store.write_requests(iterated, iter(bodies))
+    assert [store.read_request(listed, idx) for idx in range(len(bodies))] == bodies
+    assert (store.batch_dir(listed) / "requests.bin").read_bytes() == \
+        (store.batch_dir(iterated) / "requests.bin").read_bytes()
+
+
+def test_an_abandoned_write_stops_between_writes_and_leaves_nothing(store: PayloadStore) -> None:
+    asked = 0
+
+    def abandoned() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked == 2  # after the first gathered write
+
+    batch = uuid4()
+    with pytest.raises(PayloadStoreUnavailable, match="abandoned"):
+        store.write_requests(batch, _bodies(3000), abandoned)
+    assert asked == 2 and _files(store.root) == [] and not store.batch_dir(batch).exists()
+
+
 def test_files_and_folders_are_private_by_default_whatever_the_umask(store: PayloadStore) -> None:
     old = os.umask(0)
     try:
