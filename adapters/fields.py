@@ -123,16 +123,23 @@ def content_parts(value: Any) -> str | None:
 # The checks above as msgspec types, for decoding many request bodies at C speed (a batch's items). Each accepts
 # a subset of what its check accepts, never more: a body one of them refuses is checked again by the checks above,
 # which say what is wrong. Raw values are syntax-checked and kept undecoded.
+Object = dict[str, msgspec.Raw]  # obj
+
+
 class ContentPart(msgspec.Struct):
-    """An element of message content: an object with a string `type` (other members pass)."""
+    """An element of message content: an object with a string `type` (other members pass). The usual members of
+    text and image parts are named, so that a part made of them is known whole (app/batches/intake.py)."""
 
     type: str
+    text: str | msgspec.UnsetType = msgspec.UNSET
+    image_url: Object | msgspec.UnsetType = msgspec.UNSET
+    source: Object | msgspec.UnsetType = msgspec.UNSET
+    cache_control: Object | msgspec.UnsetType = msgspec.UNSET
 
 
 Content = str | list[ContentPart]  # content_parts
 NonBlank = Annotated[str, msgspec.Meta(pattern=r"\S")]  # non_empty_string (re's \s is str.isspace)
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]  # positive_integer (msgspec's int refuses booleans and floats)
-Object = dict[str, msgspec.Raw]  # obj
 Array = list[msgspec.Raw]  # array
 StringOrObject = str | Object  # string_or_object
 StringOrStrings = str | list[str]  # string_or_strings

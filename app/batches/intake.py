@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import re
 import time
+import types
+import typing
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union
 
 import msgspec
 
@@ -102,11 +104,44 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
+def closed_type(tp: Any, made: dict[Any, Any] | None = None) -> Any:
+    """TP with every struct in it refusing unknown members and every msgspec.Raw value decoded (an untyped decode,
+    as strict as _STRICT): what decodes as it has nothing a decode as TP would skip unchecked."""
+    made = {} if made is None else made
+    if tp in made:
+        return made[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is msgspec.Raw:
+        closed: Any = Any
+    elif isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        config = tp.__struct_config__
+        fields = [(f.name, closed_type(f.type, made),
+                   f.default if f.default is not msgspec.NODEFAULT else msgspec.field(default_factory=f.default_factory)
+                   if f.default_factory is not msgspec.NODEFAULT else msgspec.NODEFAULT)
+                  for f in msgspec.structs.fields(tp)]
+        closed = msgspec.defstruct(
+            f"Closed{tp.__name__}", [(n, t) if d is msgspec.NODEFAULT else (n, t, d) for n, t, d in fields],
+            tag_field=config.tag_field, tag=config.tag, forbid_unknown_fields=True, module=__name__,
+            rename={f.name: f.encode_name for f in msgspec.structs.fields(tp)})
+    elif origin is Annotated:
+        closed = Annotated[(closed_type(args[0], made), *tp.__metadata__)]  # type: ignore[valid-type]
+    elif origin in (Union, types.UnionType):
+        closed = Union[tuple(closed_type(arg, made) for arg in args)]  # noqa: UP007
+    elif origin in (list, dict, tuple):
+        closed = origin[tuple(closed_type(arg, made) for arg in args)]
+    else:
+        closed = tp  # str, int, float, bool, None, Literal[...], UnsetType
+    made[tp] = closed
+    return closed
+
+
 _SPANS = msgspec.json.Decoder(_Spans)
 _STRICT = msgspec.json.Decoder()  # refuses what STRICT_JSON does: NaN, 1e999, 4,301-digit integers, lone surrogates
 _ITEMS: dict[str, msgspec.json.Decoder[Any]] = {
     shape: msgspec.json.Decoder(adapter.batch_item_type) for shape, adapter in ADAPTERS.items()
     if adapter.batch_item_type is not None}
+# Each item decoder's type closed (closed_type): most items decode as it, once, and need no strict decode after.
+_CLOSED = {items: msgspec.json.Decoder(closed_type(items.type)) for items in _ITEMS.values()}
 _UNSURE = (msgspec.DecodeError, RecursionError, UnicodeError)  # DecodeError includes ValidationError
 # msgspec and the json module both give up on nesting where the interpreter's recursion limit is reached, counted
 # from where they are called: the typed path decodes this many frames deeper than the scanner ever does, so an item
@@ -128,9 +163,9 @@ class TypedBatch:
     spans: list[msgspec.Raw]
     items: msgspec.json.Decoder[Any]
 
-    def bodies(self) -> Iterator[memoryview]:
-        """Each item's request body, as the caller sent it (views of the body's bytes)."""
-        return map(memoryview, self.spans)
+    def bodies(self) -> list[msgspec.Raw]:
+        """Each item's request body, as the caller sent it (msgspec.Raw: a view of the body's bytes)."""
+        return self.spans
 
     def checked_models(self) -> Iterator[str]:
         """Each item's model name, checked CHECK_CHUNK items at a time as they are consumed; NeedsScanner (after
@@ -170,9 +205,13 @@ def typed_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> Ty
 
 def _typed_models(items: msgspec.json.Decoder[Any], spans: list[msgspec.Raw]) -> list[str] | None:
     models: list[str] = []
+    closed = _CLOSED[items]
     for span in spans:
-        item = items.decode(span)
-        _STRICT.decode(span)  # what the item type skipped (unknown members, raw values) must be strict JSON too
+        try:
+            item = closed.decode(span)
+        except msgspec.ValidationError:  # a member the closed type does not know (or a wrong type: then again)
+            item = items.decode(span)
+            _STRICT.decode(span)  # what the item type skipped (unknown members, raw values) must be strict JSON too
         if not typed_item_needs_no_checks(item):
             return None
         models.append(item.model)

@@ -120,3 +120,25 @@ def test_an_item_at_the_end_of_a_window_is_never_taken_for_a_shorter_one() -> No
 
 
 NOT_AN_OBJECT = "must be a JSON object (a request body)"
+
+
+def test_the_closed_item_types_refuse_unknown_members_at_every_level_and_decode_raw_values() -> None:
+    import msgspec
+
+    from adapters.openai import ChatItem
+    from app.batches.intake import closed_type
+
+    closed = msgspec.json.Decoder(closed_type(ChatItem))
+    item = closed.decode(b'{"model":"m","messages":[{"role":"tool","content":[{"type":"text","text":"t"}],'
+                         b'"tool_call_id":"c"}],"tools":[{"type":"function","n":1.5}]}')
+    assert item.messages[0].tool_call_id == "c" and item.messages[0].content[0].text == "t"
+    assert item.tools == [{"type": "function", "n": 1.5}]
+    for extra in (b'{"model":"m","messages":[{"role":"user","content":"x"}],"x":1}',
+                  b'{"model":"m","messages":[{"role":"user","content":"x","name":"a"}]}',
+                  b'{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]}'):
+        with pytest.raises(msgspec.ValidationError, match="unknown field"):
+            closed.decode(extra)
+    with pytest.raises(msgspec.DecodeError):
+        closed.decode(b'{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[1e999]}')
+    with pytest.raises(msgspec.ValidationError, match="Invalid value 'nobody'"):
+        closed.decode(b'{"model":"m","messages":[{"role":"nobody","content":"x"}]}')
