@@ -20,9 +20,8 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
 from app.errors import InsufficientStorage
@@ -62,13 +61,17 @@ class PayloadMissing(Exception):
     """An item's request is not visible to this replica (or cannot be read)."""
 
 
-@dataclass(frozen=True)
-class ResponseRef:
+class ResponseRef(NamedTuple):
     """Where an item's response is: a segment file in the batch's folder and a byte range in it."""
 
     segment: str
     offset: int
     length: int
+
+
+# An item whose response is wanted: (idx, segment, offset, length); a segment of None means the older layout's
+# file of that idx (or no response).
+Wanted = tuple[int, str | None, int | None, int | None]
 
 
 def directory_mode(file_mode: int) -> int:
@@ -158,20 +161,19 @@ class PayloadStore:
                 return None
         return self._read_range(batch_id, ref)
 
-    def read_responses(self, batch_id: UUID,
-                       items: Sequence[tuple[int, ResponseRef | None]]) -> list[bytes | memoryview | None]:
-        """read_response for many items (idx, ref) at once: each segment read in a few large spans."""
+    def read_responses(self, batch_id: UUID, items: Sequence[Wanted]) -> list[bytes | memoryview | None]:
+        """read_response for many ITEMS at once, in their order: each segment read in a few large spans."""
         found: list[bytes | memoryview | None] = [None] * len(items)
-        by_segment: dict[str, list[tuple[ResponseRef, int]]] = {}
-        for pos, (idx, ref) in enumerate(items):
-            if ref is None:
+        by_segment: dict[str, list[tuple[int, int, int]]] = {}  # segment → (offset, length, position in ITEMS)
+        for pos, (idx, segment, offset, length) in enumerate(items):
+            if segment is None or offset is None or length is None:
                 found[pos] = self.read_response(batch_id, idx, None)
             else:
-                by_segment.setdefault(ref.segment, []).append((ref, pos))
-        for segment, refs in by_segment.items():
-            refs.sort(key=lambda ref_pos: ref_pos[0].offset)
-            for start, end, span in _spans(refs):
-                self._read_span(batch_id, ResponseRef(segment, start, end - start), span, found)
+                by_segment.setdefault(segment, []).append((offset, length, pos))
+        for segment, ranges in by_segment.items():
+            ranges.sort()
+            for start, end, span in _spans(ranges):
+                self._read_span(batch_id, segment, start, end, span, found)
         return found
 
     # retention ---------------------------------------------------------------------------------------------------
@@ -248,32 +250,34 @@ class PayloadStore:
                 return None
         return None
 
-    def _read_span(self, batch_id: UUID, whole: ResponseRef, span: list[tuple[ResponseRef, int]],
+    def _read_span(self, batch_id: UUID, segment: str, start: int, end: int, span: list[tuple[int, int, int]],
                    found: list[bytes | memoryview | None]) -> None:
-        """Read WHOLE once and slice each ref of SPAN out of it (item by item if part of it is not readable)."""
-        data = self._read_range(batch_id, whole)
+        """Read START:END of SEGMENT once and slice each (offset, length, position) of SPAN out of it (range by
+        range if part of it is not readable)."""
+        data = self._read_range(batch_id, ResponseRef(segment, start, end - start))
         if data is None:
-            for ref, pos in span:
-                found[pos] = self._read_range(batch_id, ref)
+            for offset, length, pos in span:
+                found[pos] = self._read_range(batch_id, ResponseRef(segment, offset, length))
             return
-        view, start = memoryview(data), whole.offset
-        for ref, pos in span:
-            found[pos] = view[ref.offset - start:ref.offset - start + ref.length]
+        view = memoryview(data)
+        for offset, length, pos in span:
+            found[pos] = view[offset - start:offset - start + length]
 
 
-def _spans(refs: list[tuple[ResponseRef, int]]) -> Iterator[tuple[int, int, list[tuple[ResponseRef, int]]]]:
-    """REFS (sorted by offset) grouped into spans worth one read each: (start, end, refs in it)."""
-    span: list[tuple[ResponseRef, int]] = []
+def _spans(ranges: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
+    """RANGES (offset, length, position), sorted, grouped into spans worth one read each: (start, end, ranges)."""
+    span: list[tuple[int, int, int]] = []
     start = end = 0
-    for ref, pos in refs:
-        if span and (ref.offset - end > _SPAN_GAP or ref.offset + ref.length - start > _SPAN_MAX):
+    for item in ranges:
+        offset, length = item[0], item[1]
+        if span and (offset - end > _SPAN_GAP or offset + length - start > _SPAN_MAX):
             yield start, end, span
             span = []
         if not span:
-            start = end = ref.offset
-        span.append((ref, pos))
-        if ref.offset + ref.length > end:
-            end = ref.offset + ref.length
+            start = end = offset
+        span.append(item)
+        if offset + length > end:
+            end = offset + length
     if span:
         yield start, end, span
 

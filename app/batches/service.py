@@ -214,10 +214,9 @@ _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
 
 def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> list[bytes]:
     """One JSON object per row: idx, state, the response of a completed item if visible here, the error."""
-    completed = [(idx, ref) for idx, state, _error, ref in rows if state == "completed"]
-    responses = iter(payloads.read_responses(batch_id, completed))
+    responses = iter(payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"]))
     entries = []
-    for idx, state, error, _ref in rows:
+    for idx, _segment, _offset, _length, state, error in rows:
         parts: list[bytes | memoryview] = [b'{"idx":%d,' % idx, _STATE_PREFIX[state]]
         body = next(responses) if state == "completed" else None
         if body:

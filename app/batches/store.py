@@ -19,11 +19,10 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
-from app.payloads import ResponseRef
-
 Row = dict[str, Any]
 Conn = Connection[Any]
-ResultRow = tuple[int, str, str | None, ResponseRef | None]  # idx, state, error, where its response is
+# idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error
+ResultRow = tuple[int, str | None, int | None, int | None, str, Any]
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
@@ -120,12 +119,11 @@ def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None
 
 
 def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[ResultRow]:
-    """(idx, state, error, response ref) of the next LIMIT items after AFTER, in idx order."""
+    """(idx, response segment, offset, length, state, error) of the next LIMIT items after AFTER, in idx order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, state, error, response_segment, response_offset, response_length FROM batch_items"
+    cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error FROM batch_items"
                 " WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
-    return [(idx, state, error, ResponseRef(segment, offset, length) if segment is not None else None)
-            for idx, state, error, segment, offset, length in cur.fetchall()]
+    return cur.fetchall()
 
 
 def item_counts(conn: Conn, batch_id: UUID, total: int) -> dict[str, int]:

@@ -142,7 +142,7 @@ def test_batches_stored_in_the_older_layout_stay_readable(store: PayloadStore) -
     (folder / "0.response.json").write_bytes(b'{"id":"old"}\n')
     assert store.read_request(batch, 0) == b'{"model":"old"}'
     assert store.read_response(batch, 0, None) == b'{"id":"old"}'
-    assert store.read_responses(batch, [(0, None), (1, None)]) == [b'{"id":"old"}', None]
+    assert store.read_responses(batch, [(0, None, None, None), (1, None, None, None)]) == [b'{"id":"old"}', None]
     with pytest.raises(PayloadMissing):
         store.read_request(batch, 1)
 
@@ -225,7 +225,7 @@ def test_a_response_this_replica_cannot_see_is_none(store: PayloadStore, tmp_pat
     for bad in (ResponseRef("../../secret.seg", 0, 6), ResponseRef(ref.segment, ref.offset, ref.length + 1),
                 ResponseRef(ref.segment, -1, 2), ResponseRef("responses-1-2-0.seg", 0, 1)):
         assert store.read_response(batch, 0, bad) is None
-    assert store.read_responses(batch, [(0, ref), (1, ResponseRef(ref.segment, 10_000, 5))]) == [b'{"ok":true}', None]
+    assert store.read_responses(batch, [(0, *ref), (1, ref.segment, 10_000, 5)]) == [b'{"ok":true}', None]
 
 
 def test_bulk_reads_return_what_item_by_item_reads_return(store: PayloadStore) -> None:
@@ -241,7 +241,7 @@ def test_bulk_reads_return_what_item_by_item_reads_return(store: PayloadStore) -
     for writer in [store, *others]:
         writer.sync()
     rng.shuffle(items)
-    bulk = store.read_responses(batch, items)
+    bulk = store.read_responses(batch, [(idx, *ref) for idx, ref in items])
     assert [bytes(b) if b is not None else None for b in bulk] == [store.read_response(batch, i, r) for i, r in items]
     assert len({ref.segment for _, ref in items}) == 3
     for writer in others:
