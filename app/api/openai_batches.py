@@ -148,7 +148,7 @@ def cancel_batch(batch_id: str) -> ResponseReturnValue:
     return openai_view.cancel_batch(runtime(), request_caller(), batch_id)
 
 
-def is_create_body(raw: bytes) -> bool:
+def is_create_body(raw: bytes | bytearray) -> bool:
     """Whether a `POST /v1/batches` body is OpenAI's create (it names `input_file_id`) rather than Relay's own."""
     if len(raw) > SMALL_BODY or b'"input_file_id"' not in raw:
         return False
@@ -158,7 +158,7 @@ def is_create_body(raw: bytes) -> bool:
         return False
 
 
-def create_answer(caller: Caller, raw: bytes) -> ResponseReturnValue:
+def create_answer(caller: Caller, raw: bytes | bytearray) -> ResponseReturnValue:
     """The OpenAI create through `POST /v1/batches`, answered in OpenAI's format (errors included)."""
     return answer("openai", lambda: openai_view.create_batch(runtime(), caller,
                                                              load_object(raw, OpenAIBatchCreateSchema())))

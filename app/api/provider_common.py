@@ -75,7 +75,7 @@ def json_object(schema: Schema | None = None, *, limit: int = SMALL_BODY) -> dic
     return load_object(read_json_bytes(limit), schema)
 
 
-def read_json_bytes(limit: int) -> bytes:
+def read_json_bytes(limit: int) -> bytes | bytearray:
     """The raw body of a JSON request, refused past LIMIT bytes (413) or in another media type (415)."""
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
@@ -83,7 +83,7 @@ def read_json_bytes(limit: int) -> bytes:
     return read_body(limit, _too_large)
 
 
-def load_object(raw: bytes, schema: Schema | None = None) -> dict[str, Any]:
+def load_object(raw: bytes | bytearray, schema: Schema | None = None) -> dict[str, Any]:
     """RAW as a JSON object, loaded through SCHEMA when given; 400 naming what is wrong."""
     try:
         body = json.loads(raw or b"null")

@@ -17,7 +17,7 @@ from app.runtime import Runtime
 API = "anthropic"
 
 
-def create_batch(runtime: Runtime, caller: Caller, raw: bytes) -> dict[str, Any]:
+def create_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> dict[str, Any]:
     """A batch of the Messages requests in RAW (`{"requests": [{custom_id, params}, ...]}`)."""
     batch = from_anthropic_body(raw, max_requests=runtime.settings.batch_max_items)
     batch_id = provider.create(runtime, caller, batch, columns={"api": API}, body_field="params")

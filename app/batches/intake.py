@@ -46,7 +46,7 @@ class ParsedBatch:
 
     shape: str
     metadata: dict[str, Any] | None
-    raw: bytes  # the original body when it is ASCII (spans index it directly), else b""
+    raw: bytes | bytearray  # the original body when it is ASCII (spans index it directly), else b""
     text: str  # the decoded body
     starts: array = field(default_factory=lambda: array("q"))
     ends: array = field(default_factory=lambda: array("q"))
@@ -56,13 +56,13 @@ class ParsedBatch:
     def count(self) -> int:
         return len(self.starts)
 
-    def item_bodies(self) -> Iterator[bytes]:
+    def item_bodies(self) -> Iterator[bytes | bytearray]:
         """Each item's request body, as the caller sent it."""
         for start, end in zip(self.starts, self.ends, strict=True):
             yield self.raw[start:end] if self.raw else self.text[start:end].encode()
 
 
-def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None) -> ParsedBatch:
+def parse_batch(raw: bytes | bytearray, *, max_items: int, max_item_bytes: int | None = None) -> ParsedBatch:
     """Decode, scan and validate a whole batch body (the scanner: what decides when typed_batch() cannot); raise
     InvalidBatch listing every bad item, BatchItemTooLarge (413) for an item of more than MAX_ITEM_BYTES (found
     without decoding past that many characters of it).
@@ -76,7 +76,7 @@ def parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None = None
         raise InvalidJson(message="the body is nested too deeply") from None
 
 
-def _parse_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
+def _parse_batch(raw: bytes | bytearray, *, max_items: int, max_item_bytes: int | None) -> ParsedBatch:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -185,7 +185,7 @@ class TypedBatch:
             return None
 
 
-def typed_batch(raw: bytes, *, max_items: int, max_item_bytes: int | None) -> TypedBatch | None:
+def typed_batch(raw: bytes | bytearray, *, max_items: int, max_item_bytes: int | None) -> TypedBatch | None:
     """The batch's envelope and item bytes when the envelope is valid and the items may all fit the typed path;
     None when the scanner must decide (bad input, or valid input outside those types)."""
     try:

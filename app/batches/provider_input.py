@@ -122,7 +122,7 @@ def _openai_line_problem(request: Any, endpoint: str, seen: set[str]) -> tuple[s
     return None
 
 
-def from_anthropic_body(raw: bytes, *, max_requests: int) -> ProviderBatch:
+def from_anthropic_body(raw: bytes | bytearray, *, max_requests: int) -> ProviderBatch:
     """The batch of an Anthropic create body `{"requests": [{custom_id, params}, ...]}`."""
     batch = ProviderBatch(bytearray(b'{"shape":"anthropic","requests":['), "requests[{}]", "index")
     seen: set[str] = set()
@@ -158,7 +158,7 @@ def _anthropic_request_problem(request: Any, seen: set[str]) -> tuple[str, str] 
     return None
 
 
-def _text(raw: bytes) -> str:
+def _text(raw: bytes | bytearray) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -47,7 +47,8 @@ def payload_store(runtime: Runtime) -> PayloadStore:
     return found  # type: ignore[no-any-return]
 
 
-def submit_batch(runtime: Runtime, caller: Caller, raw: bytes, origin: BatchOrigin | None = None) -> dict[str, Any]:
+def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
+                 origin: BatchOrigin | None = None) -> dict[str, Any]:
     """Validate a whole `POST /v1/batches` body, then store it (create_batch); the new batch object.
     ORIGIN: what a provider API's create adds (its columns, custom_ids, writes in the same transaction).
 

@@ -105,3 +105,23 @@ def test_a_300_mib_batch_is_refused_with_413_without_the_api_holding_it(api: Rel
     else:  # refused from its Content-Length, before reading it
         assert after["VmHWM"] - before["VmHWM"] < 64 * 1024
     assert after["VmRSS"] - before["VmRSS"] < 64 * 1024  # what it read was handed back
+
+
+def test_a_declared_length_is_not_held_in_memory_before_its_bytes_arrive(api: RelayProcess, fuzz_stack: Stack,
+                                                                        fuzz_key: str) -> None:
+    """A body is received straight into its buffer (app/api/bodies.py), which grows with what arrives: a client
+    declaring a length just under the limit and sending 1 MiB of it costs the worker about 1 MiB, not the length."""
+    pid = _worker_pid(api)
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux)
+    before = _memory_kib(pid)
+    host, port = api.url.removeprefix("http://").split(":")
+    declared = fuzz_stack.settings.batch_max_bytes - MIB
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(f"POST /v1/batches HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {fuzz_key}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n".encode() + b" " * MIB)
+        sock.shutdown(socket.SHUT_WR)  # and nothing more
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert _memory_kib(pid)["VmHWM"] - before["VmRSS"] < 16 * 1024
