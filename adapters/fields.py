@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 import msgspec
 
@@ -144,3 +146,41 @@ Array = list[msgspec.Raw]  # array
 StringOrObject = str | Object  # string_or_object
 StringOrStrings = str | list[str]  # string_or_strings
 Absent = msgspec.UnsetType  # a member that must be absent (its presence, null included, needs the checks above)
+
+
+def closed_type(tp: Any, made: dict[Any, Any] | None = None) -> Any:
+    """TP (one of the types above, or a struct made of them) with every struct in it refusing unknown members and
+    every msgspec.Raw value decoded untyped (which refuses NaN, 1e999, 4,301-digit integers and lone surrogates):
+    a body that decodes as it holds nothing a decode as TP would skip unchecked."""
+    made = {} if made is None else made
+    if tp in made:
+        return made[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is msgspec.Raw:
+        closed: Any = Any
+    elif isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        fields = msgspec.structs.fields(tp)
+        closed = msgspec.defstruct(f"Closed{tp.__name__}", [_closed_field(f, made) for f in fields],
+                                   tag_field=tp.__struct_config__.tag_field, tag=tp.__struct_config__.tag,
+                                   rename={f.name: f.encode_name for f in fields}, forbid_unknown_fields=True,
+                                   module=__name__)
+    elif origin is Annotated:
+        closed = Annotated[(closed_type(args[0], made), *tp.__metadata__)]  # type: ignore[valid-type]
+    elif origin in (Union, types.UnionType):
+        closed = Union[tuple(closed_type(arg, made) for arg in args)]  # noqa: UP007
+    elif origin in (list, dict, tuple):
+        closed = origin[tuple(closed_type(arg, made) for arg in args)]
+    else:
+        closed = tp  # str, int, float, bool, None, Literal[...], UnsetType
+    made[tp] = closed
+    return closed
+
+
+def _closed_field(field: msgspec.structs.FieldInfo, made: dict[Any, Any]) -> tuple[Any, ...]:
+    """FIELD of a struct for msgspec.defstruct, its type closed and its default kept."""
+    closed = closed_type(field.type, made)
+    if field.default is not msgspec.NODEFAULT:
+        return field.name, closed, field.default
+    if field.default_factory is not msgspec.NODEFAULT:
+        return field.name, closed, msgspec.field(default_factory=field.default_factory)
+    return field.name, closed

@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import re
 import time
-import types
-import typing
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar, Union
+from typing import Any, TypeVar
 
 import msgspec
 
+from adapters.fields import closed_type
 from adapters.registry import ADAPTERS
 from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
 from app.batches.validation import (
@@ -102,37 +101,6 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
     requests: list[msgspec.Raw]
     shape: str | msgspec.UnsetType = msgspec.UNSET
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
-
-
-def closed_type(tp: Any, made: dict[Any, Any] | None = None) -> Any:
-    """TP with every struct in it refusing unknown members and every msgspec.Raw value decoded (an untyped decode,
-    as strict as _STRICT): what decodes as it has nothing a decode as TP would skip unchecked."""
-    made = {} if made is None else made
-    if tp in made:
-        return made[tp]
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is msgspec.Raw:
-        closed: Any = Any
-    elif isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        config = tp.__struct_config__
-        fields = [(f.name, closed_type(f.type, made),
-                   f.default if f.default is not msgspec.NODEFAULT else msgspec.field(default_factory=f.default_factory)
-                   if f.default_factory is not msgspec.NODEFAULT else msgspec.NODEFAULT)
-                  for f in msgspec.structs.fields(tp)]
-        closed = msgspec.defstruct(
-            f"Closed{tp.__name__}", [(n, t) if d is msgspec.NODEFAULT else (n, t, d) for n, t, d in fields],
-            tag_field=config.tag_field, tag=config.tag, forbid_unknown_fields=True, module=__name__,
-            rename={f.name: f.encode_name for f in msgspec.structs.fields(tp)})
-    elif origin is Annotated:
-        closed = Annotated[(closed_type(args[0], made), *tp.__metadata__)]  # type: ignore[valid-type]
-    elif origin in (Union, types.UnionType):
-        closed = Union[tuple(closed_type(arg, made) for arg in args)]  # noqa: UP007
-    elif origin in (list, dict, tuple):
-        closed = origin[tuple(closed_type(arg, made) for arg in args)]
-    else:
-        closed = tp  # str, int, float, bool, None, Literal[...], UnsetType
-    made[tp] = closed
-    return closed
 
 
 _SPANS = msgspec.json.Decoder(_Spans)

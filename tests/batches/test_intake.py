@@ -125,8 +125,8 @@ NOT_AN_OBJECT = "must be a JSON object (a request body)"
 def test_the_closed_item_types_refuse_unknown_members_at_every_level_and_decode_raw_values() -> None:
     import msgspec
 
+    from adapters.fields import closed_type
     from adapters.openai import ChatItem
-    from app.batches.intake import closed_type
 
     closed = msgspec.json.Decoder(closed_type(ChatItem))
     item = closed.decode(b'{"model":"m","messages":[{"role":"tool","content":[{"type":"text","text":"t"}],'
