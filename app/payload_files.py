@@ -47,8 +47,9 @@ def write_request_file(fd: int, bodies: Iterable[Body], abandoned: Callable[[], 
     for chunk in _gathered(bodies):
         if abandoned is not None and abandoned():
             raise Abandoned("the request file was abandoned")
-        writev_all(fd, chunk)
-        offsets.extend(islice(accumulate(map(len, chunk), initial=offsets[-1]), 1, None))
+        start = offsets[-1]
+        offsets.extend(islice(accumulate(map(len, chunk), initial=start), 1, None))
+        writev_all(fd, chunk, offsets[-1] - start)
     if sys.byteorder == "big":
         offsets.byteswap()
     write_all(fd, offsets.tobytes())
@@ -101,10 +102,10 @@ def write_all(fd: int, data: Buffer) -> None:
         view = view[os.write(fd, view):]
 
 
-def writev_all(fd: int, buffers: Sequence[Body]) -> None:
-    """Write BUFFERS in order with as few system calls as the kernel allows."""
+def writev_all(fd: int, buffers: Sequence[Body], size: int) -> None:
+    """Write BUFFERS (SIZE bytes in all) in order with as few system calls as the kernel allows."""
     written = os.writev(fd, buffers) if buffers else 0
-    if written == sum(len(b) for b in buffers):
+    if written == size:
         return
     for body in buffers:  # a short write (rare on regular files): finish byte by byte from where it stopped
         if written >= len(body):

@@ -44,8 +44,7 @@ def test_a_batch_of_requests_is_one_file_and_each_item_reads_back_exactly(store:
             store.read_request(batch, idx)
 
 
-def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: PayloadStore, tmp_path: Path,
-                                                                     monkeypatch) -> None:
+def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: PayloadStore, monkeypatch) -> None:
     gather = payload_files._GATHER
     bodies = _bodies(2 * gather + 452)  # three gathered writes: a slice of the list each
     writes: list[int] = []
