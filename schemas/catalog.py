@@ -124,6 +124,17 @@ class CircuitBreakerSchema(Schema):
     cooldown = Duration(load_default=30.0, validate=validate.Range(min=0, max=86_400))
 
 
+class BatchPacingSchema(Schema):
+    """How a policy's batch items share its rate limits with live calls (README, "Pacing")."""
+
+    pace = StrictBoolean(load_default=False, metadata={
+        "description": "start batch items only within the limits' budget (they wait) instead of discarding them"})
+    share = fields.Float(load_default=1.0, allow_nan=False,
+                         validate=validate.Range(min=0.01, max=1.0, error="must be from 0.01 to 1"),
+                         metadata={"description": "fraction of each rate limit batch items may use; the rest is "
+                                                  "kept for live calls"})
+
+
 class PolicySchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     name = fields.String(required=True, validate=NAME)
@@ -138,6 +149,7 @@ class PolicySchema(Schema):
     batch_weight = fields.Float(load_default=1.0, allow_nan=False,
                                 validate=validate.Range(min=0.01, max=1000, error="must be from 0.01 to 1000"),
                                 metadata={"description": "share of the batch workers relative to other owners"})
+    batch = fields.Nested(BatchPacingSchema, load_default=lambda: {"pace": False, "share": 1.0})
 
 
 class TeamSchema(Schema):

@@ -115,7 +115,8 @@ def _policies(rows: CatalogRows, host_keys: dict[UUID, HostKey]) -> dict[UUID, P
                             models=tuple(p["models"]), rate_limits=tuple(limits.get(p["id"], [])),
                             key_pool=tuple(pools.get(p["id"], [])), key_selection=p["key_selection"],
                             breaker_failures=p["breaker_failures"], breaker_cooldown_s=p["breaker_cooldown_s"],
-                            payload_logging=p["payload_logging"])
+                            payload_logging=p["payload_logging"], batch_pace=p["batch_pace"],
+                            batch_share=p["batch_share"])
             for p in rows.policies}
 
 

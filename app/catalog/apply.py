@@ -146,7 +146,9 @@ class _Reconciler:
                                "breaker_failures": p["circuit_breaker"]["failures"],
                                "breaker_cooldown_s": float(p["circuit_breaker"]["cooldown"]),
                                "payload_logging": p["payload_logging"],
-                               "batch_weight": float(p["batch_weight"])} for p in policies}
+                               "batch_weight": float(p["batch_weight"]),
+                               "batch_pace": bool(p["batch"]["pace"]),
+                               "batch_share": float(p["batch"]["share"])} for p in policies}
         ids = self._upsert("policies", "policies", desired, self.live_policies)
         for p in policies:
             policy_id = ids[p["name"]]

@@ -71,7 +71,8 @@ def _policy(policy: Row, rows: CatalogRows, names: dict[UUID, str], with_ids: bo
         "name": policy["name"], "enabled": policy["enabled"], "models": list(policy["models"]),
         "rate_limits": limits, "key_pool": pool, "key_selection": policy["key_selection"],
         "circuit_breaker": {"failures": policy["breaker_failures"], "cooldown": policy["breaker_cooldown_s"]},
-        "payload_logging": policy["payload_logging"], "batch_weight": policy["batch_weight"]}, with_ids)
+        "payload_logging": policy["payload_logging"], "batch_weight": policy["batch_weight"],
+        "batch": {"pace": policy["batch_pace"], "share": policy["batch_share"]}}, with_ids)
 
 
 def _principal(row: Row, names: dict[UUID, str]) -> dict[str, Any]:

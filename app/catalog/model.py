@@ -75,6 +75,8 @@ class Policy:
     breaker_failures: int
     breaker_cooldown_s: float
     payload_logging: bool
+    batch_pace: bool = False  # batch items wait for the limits' budget instead of being discarded rate_limited
+    batch_share: float = 1.0  # fraction of each rate limit that batch items may use; the rest is live traffic's
 
     def grants(self, model_name: str) -> bool:
         """True when any grant matches the model name exactly or as a * wildcard."""

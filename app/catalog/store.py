@@ -72,7 +72,8 @@ def load_catalog_rows(conn: Connection[Any]) -> CatalogRows:
         bindings=q("SELECT id, model_id, position, host_id, adapter, upstream_model, input_per_mtok, output_per_mtok,"
                    " cached_input_per_mtok, enabled FROM bindings ORDER BY model_id, position").fetchall(),
         policies=q("SELECT id, name, enabled, deleted_at, models, key_selection, breaker_failures, breaker_cooldown_s,"
-                   " payload_logging, batch_weight FROM policies ORDER BY name, created_at").fetchall(),
+                   " payload_logging, batch_weight, batch_pace, batch_share FROM policies"
+                   " ORDER BY name, created_at").fetchall(),
         rate_limits=q("SELECT id, policy_id, position, requests, tokens, window_s FROM policy_rate_limits"
                       " ORDER BY policy_id, position").fetchall(),
         policy_keys=q("SELECT policy_id, host_key_id, position FROM policy_keys"

@@ -53,6 +53,12 @@ class _Metrics:
                                            ["host", "status"], buckets=LATENCY_BUCKETS)
         self.rate_limited = Counter("relay_rate_limited", "Requests and batch items rejected by a rate limit",
                                     ["policy"])
+        self.lease_statements = Counter("relay_rate_limit_lease_statements",
+                                        "Postgres statements that took or handed back rate-limit slices, by consumer",
+                                        ["consumer"])
+        self.lease_admitted = Counter("relay_rate_limit_admitted",
+                                      "Requests and batch items admitted from rate-limit slices, by consumer",
+                                      ["consumer"])
         self.item_duration = Histogram("relay_batch_item_duration_seconds",
                                        "Batch item run time, from start to its final state, by final state",
                                        ["state"], buckets=LATENCY_BUCKETS)
@@ -76,6 +82,16 @@ def observe_upstream(host: str, status: int | str, seconds: float) -> None:
 def count_rate_limited(policy: str) -> None:
     """A request or batch item was rejected by POLICY's rate limit."""
     metrics().rate_limited.labels(policy=policy).inc()
+
+
+def count_lease_statement(consumer: str) -> None:
+    """One rate-limit lease statement (a round trip to Postgres) for CONSUMER (live | batch)."""
+    metrics().lease_statements.labels(consumer=consumer).inc()
+
+
+def count_admitted(consumer: str) -> None:
+    """One request or batch item admitted by the rate limiter from a slice held in memory."""
+    metrics().lease_admitted.labels(consumer=consumer).inc()
 
 
 def observe_item(state: str, seconds: float) -> None:

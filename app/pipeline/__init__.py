@@ -11,13 +11,12 @@ import time
 
 from app.access.cache import get_catalog
 from app.catalog.model import Policy
-from app.db import autocommit
 from app.errors import RateLimited, RelayError
 from app.observability.metrics import count_rate_limited
 from app.pipeline import routing
 from app.pipeline.calls import call_with_failover
 from app.pipeline.plan import make_plan
-from app.pipeline.ratelimit import Reservation, reserve
+from app.pipeline.ratelimit import Reservation, get_limiter
 from app.pipeline.record import Recorder
 from app.pipeline.types import InferenceCall, InferenceResult
 from app.runtime import Runtime
@@ -27,26 +26,29 @@ def run_inference(runtime: Runtime, call: InferenceCall) -> InferenceResult:
     """Run CALL through the pipeline; RelayError for rejections, the upstream's status otherwise."""
     call.started_at = call.started_at or time.time()
     recorder = Recorder(runtime, call)
+    recorder.reservation = call.reservation
     try:
         snapshot = get_catalog(runtime).snapshot()
         policy = routing.check_policy(snapshot.policies.get(call.policy_id))
         route = routing.resolve(snapshot.models, policy, call.body.get("model"))
         recorder.route = route
         plan = make_plan(call, route)
-        reservation = _reserve(runtime, policy)
-        recorder.reservation = reservation
+        if recorder.reservation is None:
+            recorder.reservation = _reserve(runtime, policy, batch=call.source == "batch")
         return call_with_failover(runtime, call, plan, recorder)
     except RelayError as exc:
         recorder.record_rejection(exc)
         raise
 
 
-def _reserve(runtime: Runtime, policy: Policy) -> Reservation | None:
+def _reserve(runtime: Runtime, policy: Policy, *, batch: bool) -> Reservation | None:
+    """Admission under every rate limit of POLICY, from this process's leases (batch items: within the policy's
+    batch share of each limit)."""
     if not policy.rate_limits:
         return None
     try:
-        with autocommit(runtime.pool) as conn:
-            return reserve(conn, policy.rate_limits)
+        return get_limiter(runtime).admit(policy.rate_limits, batch=batch,
+                                          share=policy.batch_share if batch else 1.0)
     except RateLimited:
         count_rate_limited(policy.name)
         raise

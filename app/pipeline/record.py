@@ -21,6 +21,7 @@ from app.pipeline import keypool, ratelimit
 from app.pipeline.keyhealth import get_key_health
 from app.pipeline.payload_log import PayloadLog, payload_log_statement
 from app.pipeline.plan import Plan
+from app.pipeline.ratelimit import get_limiter
 from app.pipeline.types import InferenceCall, InferenceResult
 from app.usage.events import UsageEvent, cost_nanos
 from app.usage.writer import GroupWriter, UsageRecord
@@ -105,6 +106,7 @@ class Recorder:
         left on the call for the batch item's final commit (record_later). COUNTED is false when USAGE is not the
         call's whole usage (a stream that ended before its usage came): the cost is then null, not a guess."""
         self.recorded = True
+        get_limiter(self.runtime).settle(self.reservation, usage.total)
         event = self._event(status, error_code, usage, upstream_status, streamed, counted)
         extra = self._statements(usage, payload)
         try:
@@ -119,8 +121,6 @@ class Recorder:
     def _statements(self, usage: Usage, payload: tuple[Any, bytes] | None) -> list[Statement]:
         """The side writes of this call (each key appears once: it is either the used one or failed once)."""
         statements: list[Statement] = []
-        if self.reservation is not None:
-            statements += ratelimit.token_statements(self.reservation, usage.total)
         policy = self.route.policy if self.route else None
         if policy is None:
             return statements

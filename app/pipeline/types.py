@@ -10,6 +10,7 @@ from uuid import UUID
 from adapters.base import Usage
 from app.auth_model import Caller
 from app.pipeline.interrupt import Interrupter
+from app.pipeline.ratelimit import Reservation
 from app.usage.writer import UsageRecord
 
 
@@ -30,6 +31,7 @@ class InferenceCall:
     started_at: float = 0.0  # time.time() when the call began (set by the pipeline if 0)
     record_later: bool = False  # batch items: the usage record is left in `pending` for the item's final commit
     pending: UsageRecord | None = None  # with record_later: the call's usage record, once it ended or was refused
+    reservation: Reservation | None = None  # admitted to the rate limits already (a paced batch item, before claim)
 
 
 @dataclass
