@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from marshmallow import RAISE, Schema, fields, validate
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+from schemas.durations import DurationError, parse_duration
 
 SHAPES = ("openai", "anthropic", "openai_responses")
 ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 BATCH_STATUSES = ("queued", "cancelled")
 MAX_ITEMS_PAGE = 1000
 MAX_BATCHES_PAGE = 100
+
+
+MAX_COMPLETION_WINDOW_S = 366 * 86400
+
+
+def _completion_window(value: str) -> None:
+    try:
+        seconds = parse_duration(value)
+    except DurationError as exc:
+        raise ValidationError(f"{exc} (e.g. 30m, 2h, 24h)") from exc
+    if not 1 <= seconds <= MAX_COMPLETION_WINDOW_S:
+        raise ValidationError("must be from 1s to 366d")
 
 
 class BatchEnvelopeSchema(Schema):
@@ -20,11 +34,14 @@ class BatchEnvelopeSchema(Schema):
     shape = fields.String(required=True, validate=validate.OneOf(SHAPES))
     metadata = fields.Dict(keys=fields.String(), load_default=None, allow_none=True, metadata={
         "description": "your own labels: at most 16 KiB as JSON and 16 levels deep"})
+    completion_window = fields.String(load_default=None, validate=_completion_window, metadata={
+        "description": "a deadline, e.g. `2h`: items not started this long after the submit end `discarded` with"
+                       " the code `expired`"})
 
 
 class BatchSubmitSchema(BatchEnvelopeSchema):
     """`POST /v1/batches` body (documentation; the body is parsed by app.batches.intake in one pass). Members
-    other than these three are refused."""
+    other than these are refused."""
 
     requests = fields.List(fields.Dict(), required=True, validate=validate.Length(min=1), metadata={
         "description": "request bodies of `shape`, without `stream`; each at most RELAY_MAX_REQUEST_BYTES"})
@@ -119,6 +136,23 @@ class BatchSummarySchema(Schema):
     principal_id = fields.UUID(allow_none=True)
     credential_kind = fields.String()
     credential_id = fields.UUID()
+    completion_window = fields.String(allow_none=True, metadata={"description": "the deadline given at submit"})
+    expires_at = fields.DateTime(allow_none=True, metadata={
+        "description": "items not started by then end discarded `expired` (cancelled `batch_expired` for batches"
+                       " of the provider APIs)"})
+
+
+class PacingSchema(Schema):
+    """A paced policy's batch: how fast its limits let it run (`batch: {pace: true, share}` in the catalog)."""
+
+    paced = fields.Boolean()
+    share = fields.Float(metadata={"description": "fraction of each rate limit batch items may use"})
+    items_per_minute = fields.Float(allow_none=True, metadata={
+        "description": "the long-run rate the policy's limits allow batch items at that share"})
+    expected_finish_at = fields.Float(allow_none=True, metadata={
+        "description": "Unix time the queued items are expected to have started by, at that rate (null: never)"})
+    waiting_items = fields.Integer(metadata={"description": "items not started yet"})
+    past_deadline = fields.Boolean(metadata={"description": "the expected finish is after `expires_at`"})
 
 
 class BatchSchema(BatchSummarySchema):
@@ -128,6 +162,8 @@ class BatchSchema(BatchSummarySchema):
     items = fields.List(fields.Nested(BatchItemSchema))
     items_next_after = fields.Integer(allow_none=True,
                                       metadata={"description": "pass as `after` for the next page; null at the end"})
+    pacing = fields.Nested(PacingSchema, allow_none=True, metadata={
+        "description": "set while a batch of a paced policy has items to start; null otherwise"})
 
 
 class BatchListSchema(Schema):

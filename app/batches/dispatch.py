@@ -18,6 +18,7 @@ import heapq
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,9 @@ import dramatiq
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from app.batches import outbox
+from app.access.cache import get_catalog
+from app.batches import outbox, pacing
+from app.pipeline.ratelimit import get_limiter
 from app.runtime import Runtime
 
 log = logging.getLogger("relay.batches.dispatch")
@@ -201,7 +204,7 @@ class Dispatcher:
         with self.runtime.pool.connection() as conn, conn.transaction():
             if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
                 return 0
-            batches = outbox.outbox_batches(conn)
+            batches = self._paced(conn, outbox.outbox_batches(conn))
             if not batches:
                 self._window_full = False
                 return 0
@@ -222,6 +225,31 @@ class Dispatcher:
         # alone would leave the workers idle for up to a second after they drain what was published).
         self._window_full = published >= free
         return published
+
+    def _paced(self, conn: Any, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """BATCHES with those of paced policies cut to what their limits let start now (pacing.publishable, less
+        what is published and not started yet), so their items do not wait in worker threads for budget."""
+        policies = get_catalog(self.runtime).snapshot().policies
+        paced = {b["policy_id"]: policy for b in batches if (policy := policies.get(b["policy_id"])) is not None
+                 and policy.batch_pace and policy.rate_limits}
+        if not paced:
+            return batches
+        now = time.time()
+        windows = pacing.current_windows(conn, [limit for p in paced.values() for limit in p.rate_limits], now)
+        started = outbox.paced_unstarted(conn, list(paced))
+        limiter = get_limiter(self.runtime)
+        room = {policy_id: pacing.publishable(policy, windows, now, limiter.token_estimate)
+                - started.get(policy_id, 0) for policy_id, policy in paced.items()}
+        kept = []
+        for batch in batches:
+            if batch["policy_id"] not in room:
+                kept.append(batch)
+                continue
+            allow = max(0, min(room[batch["policy_id"]], batch["total"] - batch["published_upto"]))
+            room[batch["policy_id"]] -= allow
+            if allow:
+                kept.append({**batch, "total": batch["published_upto"] + allow})
+        return kept
 
     def recover_lost_messages(self) -> None:
         """Publish again queued items whose message is long gone (the queue is empty yet they never ran)."""

@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import outcomes, provider_store, store
+from app.batches import outcomes, store
 from app.batches.outcomes import Outcome
 from app.runtime import Runtime
 from app.usage.events import UsageEvent
@@ -55,8 +55,9 @@ def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome
 
 
 def expire_due(conn: psycopg.Connection[Any]) -> int:
-    """Queued items of provider-API batches past their expires_at → cancelled as expired (running ones finish)."""
-    return sum(cancel_queued(conn, batch, outcomes.expired()) for batch in provider_store.batches_due_to_expire(conn))
+    """Queued items of batches past their expires_at end as their API expires them (running ones finish)."""
+    return sum(cancel_queued(conn, batch, outcomes.expired_for(batch["api"]))
+               for batch in store.batches_due_to_expire(conn))
 
 
 def cancel_queued(conn: psycopg.Connection[Any], batch: dict[str, Any], outcome: Outcome | None = None) -> int:

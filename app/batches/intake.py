@@ -28,6 +28,7 @@ from app.batches.validation import (
     STRICT_JSON,
     SURROGATE_ESCAPE,
     ItemError,
+    envelope_options,
     item_errors,
     json_problem,
     typed_item_needs_no_checks,
@@ -50,6 +51,7 @@ class ParsedBatch:
     starts: array = field(default_factory=lambda: array("q"))
     ends: array = field(default_factory=lambda: array("q"))
     models: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)  # the other envelope members (validation.envelope_options)
 
     @property
     def count(self) -> int:
@@ -86,6 +88,7 @@ def _parse_batch(raw: bytes | bytearray, *, max_items: int, max_item_bytes: int 
     errors = validate_envelope(envelope, has_requests=scanner.has_requests)
     parsed.shape, parsed.metadata = str(envelope.get("shape")), envelope.get("metadata")
     if not errors:
+        parsed.options = envelope_options(envelope)
         errors = scanner.item_errors()
     if errors:
         raise _invalid(errors)
@@ -101,6 +104,7 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
     requests: list[msgspec.Raw]
     shape: str | msgspec.UnsetType = msgspec.UNSET
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    completion_window: Any = msgspec.UNSET  # the other envelope members: checked by validation.validate_envelope
 
 
 _SPANS = msgspec.json.Decoder(_Spans)
@@ -130,6 +134,7 @@ class TypedBatch:
     metadata: dict[str, Any] | None
     spans: list[msgspec.Raw]
     items: msgspec.json.Decoder[Any]
+    options: dict[str, Any] = field(default_factory=dict)  # the other envelope members (validation.envelope_options)
 
     def bodies(self) -> list[msgspec.Raw]:
         """Each item's request body, as the caller sent it (msgspec.Raw: a view of the body's bytes)."""
@@ -165,10 +170,11 @@ def typed_batch(raw: bytes | bytearray, *, max_items: int, max_item_bytes: int |
         return None
     if max_item_bytes is not None and max(map(len, spans)) > max_item_bytes:
         return None  # the scanner answers 413
-    metadata = None if isinstance(envelope.metadata, msgspec.UnsetType) else envelope.metadata
-    if validate_envelope({"shape": shape} | ({} if metadata is None else {"metadata": metadata}), has_requests=True):
+    members = {name: value for name in _Spans.__struct_fields__
+               if name != "requests" and (value := getattr(envelope, name)) is not msgspec.UNSET}
+    if validate_envelope(members, has_requests=True):
         return None
-    return TypedBatch(shape, metadata, spans, items)
+    return TypedBatch(shape, members.get("metadata"), spans, items, envelope_options(members))
 
 
 def _typed_models(items: msgspec.json.Decoder[Any], spans: list[msgspec.Raw]) -> list[str] | None:

@@ -196,6 +196,9 @@ class Listener:
             batch_id = UUID(payload)
         except ValueError:
             return
+        if len(self.ctx.cancelled) > 10_000:
+            self.ctx.cancelled.clear()
+        self.ctx.cancelled.add(batch_id)  # items of it waiting for their rate limits stop waiting
         stopped = self.ctx.registry.interrupt_batch(batch_id, "cancelled")
         if stopped:
             log.info("batch %s cancelled: stopped %d running item(s)", batch_id, stopped)

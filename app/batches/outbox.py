@@ -20,9 +20,15 @@ Row = dict[str, Any]
 Conn = Connection[Any]
 
 
+LEADER_IDLE_TIMEOUT = "5s"  # a leader whose process stops mid-transaction loses its lock after this
+
+
 def try_leader_lock(conn: Conn, lock_id: int) -> bool:
-    """A transaction-scoped advisory lock: only one replica does this job at a time."""
-    row = conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS ok", (lock_id,)).fetchone()
+    """A transaction-scoped advisory lock: only one replica does this job at a time. The transaction is ended by
+    the server if it sits idle for LEADER_IDLE_TIMEOUT (its process frozen: SIGSTOP, a paused VM, a publish blocked
+    by a broker alarm), so one stuck process cannot stop every other replica from doing the job."""
+    row = conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
+                       " pg_try_advisory_xact_lock(%s) AS ok", (LEADER_IDLE_TIMEOUT, lock_id)).fetchone()
     return bool(row and row["ok"])
 
 
@@ -43,6 +49,17 @@ def in_flight(conn: Conn) -> dict[str, int]:
         " + p.cancelled) FROM batch_progress p WHERE p.batch_id = b.id), 0))) AS n"
         " FROM batches b WHERE b.finished_at IS NULL GROUP BY b.owner").fetchall()
     return {r["owner"]: int(r["n"]) for r in rows}
+
+
+def paced_unstarted(conn: Conn, policy_ids: Sequence[UUID]) -> dict[UUID, int]:
+    """Items of unfinished batches of these (paced) policies that were published but have not started: what is
+    already on its way to use the policies' batch budget."""
+    rows = conn.execute(
+        "SELECT b.policy_id, sum(greatest(0, b.published_upto - coalesce((SELECT sum(p.completed + p.discarded"
+        " + p.cancelled + p.running) FROM batch_progress p WHERE p.batch_id = b.id), 0))) AS n"
+        " FROM batches b WHERE b.finished_at IS NULL AND b.status = 'queued' AND b.policy_id = ANY(%s)"
+        " GROUP BY b.policy_id", (list(policy_ids),)).fetchall()
+    return {r["policy_id"]: int(r["n"]) for r in rows}
 
 
 def live_workers(conn: Conn, seen_within_s: float) -> tuple[int, int]:

@@ -80,6 +80,18 @@ def expired() -> Outcome:
                    "batch_expired", 499)
 
 
+def deadline_passed() -> Outcome:
+    """A queued item of a Relay batch whose completion_window closed before it started (e.g. a paced batch that
+    its limits could not fit in time)."""
+    return Outcome("discarded", "expired: the batch's completion window closed before the item started", "expired",
+                   408)
+
+
+def expired_for(api: str) -> Outcome:
+    """How an item not started by its batch's deadline ends: as the API that created the batch says."""
+    return deadline_passed() if api == "relay" else expired()
+
+
 def worker_lost() -> Outcome:
     return Outcome("discarded", "worker lost: the worker running the item stopped", "worker_lost", 500)
 

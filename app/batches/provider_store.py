@@ -12,8 +12,6 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
-from app.batches import store
-
 Row = dict[str, Any]
 Conn = Connection[Any]
 
@@ -65,11 +63,3 @@ def item_outcomes(conn: Conn, batch_id: UUID, *, after: int,
         " LEFT JOIN usage_events e ON e.batch_id IS NOT NULL AND e.batch_id = i.batch_id AND e.batch_idx = i.idx"
         " WHERE i.batch_id = %s AND i.idx > %s ORDER BY i.idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()  # type: ignore[no-any-return]
-
-
-def batches_due_to_expire(conn: Conn, limit: int = 100) -> list[dict[str, Any]]:
-    """Unfinished, uncancelled batches past their expires_at (locked, as cancel locks the batch row before its
-    items): the whole row, for the usage events of the items they expire."""
-    return conn.execute(f"SELECT {store.BATCH_COLUMNS} FROM batches WHERE expires_at <= now() AND finished_at IS NULL"
-                        " AND status = 'queued' ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
-                        (limit,)).fetchall()

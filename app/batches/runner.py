@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
@@ -28,19 +29,24 @@ from app.batches.finals import final_of, finalize_now, item_event
 from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
 from app.db import autocommit
-from app.errors import RelayError
+from app.errors import RateLimited, RelayError
 from app.observability.logs import log_context
 from app.observability.metrics import observe_item
 from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
 from app.pipeline.interrupt import Interrupted, Interrupter
+from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
 from app.pipeline.types import InferenceCall
 from app.runtime import Runtime
 from app.usage.writer import GroupWriter, ItemFinal, UsageRecord
 
 log = logging.getLogger("relay.batches.runner")
 CLAIM_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to claim an item
+UNSENT_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # a claimed item the database failed before it reached the upstream
 FINAL_WAIT_S = 120.0  # how long a message waits for its items' final states to commit
+
+
+_UNKNOWN: Any = object()
 
 
 @dataclass
@@ -56,6 +62,9 @@ class WorkerContext:
     stopping: threading.Event = field(default_factory=threading.Event)  # graceful stop: start no new item
     item_seconds: float = 0.0  # moving average of an item's wall time here (the dispatcher sizes messages by it)
     finished: list[Any] = field(default_factory=list)  # callbacks run as items become final (the dispatcher)
+    cancelled: set[UUID] = field(default_factory=set)  # batches this process heard cancelled (paced waits stop)
+    waiting: int = 0  # items of paced batches waiting here for their rate limits' budget
+    _batches: dict[UUID, dict[str, Any] | None] = field(default_factory=dict)
 
     @classmethod
     def create(cls, runtime: Runtime, worker_id: str, *, payloads: PayloadStore | None = None,
@@ -66,6 +75,18 @@ class WorkerContext:
         payloads = payloads or payload_store(runtime)
         writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced)
         return cls(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
+
+    def batch_info(self, batch_id: UUID) -> dict[str, Any] | None:
+        """A batch's policy id and deadline (read once per batch: they never change), None if it is gone."""
+        found = self._batches.get(batch_id, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found  # type: ignore[return-value]
+        with self.runtime.pool.connection() as conn:
+            found = store.batch_run_info(conn, batch_id)
+        if len(self._batches) > 1000:
+            self._batches.clear()
+        self._batches[batch_id] = found
+        return found
 
     def on_finalized(self) -> None:
         for callback in self.finished:
@@ -95,18 +116,55 @@ class _Ending:
 
 def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[int]:
     """Run the items of one message, each after the previous one's final state committed (so a killed worker
-    leaves at most one item per thread running); returns those not started because the worker is stopping."""
+    leaves at most one item per thread running); returns those not started because the worker is stopping.
+    An item of a paced policy first waits for its admission to the rate limits (before its claim)."""
     for n, idx in enumerate(idxs):
         if ctx.stopping.is_set() and n:
             return list(idxs[n:])
         with log_context(batch_id=str(batch_id), idx=idx):
-            run_item(ctx, batch_id, idx)
+            admitted = paced_admission(ctx, batch_id)
+            if admitted is STOPPING:
+                return list(idxs[n:])
+            run_item(ctx, batch_id, idx, admitted)
     return []
 
 
-def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
-    """Run item IDX of BATCH_ID once and wait for its final state to commit; the state (or why nothing ran)."""
-    state, future = _run_one(ctx, batch_id, idx)
+STOPPING = object()  # paced_admission: the worker is stopping, the item goes back to the queue
+PACED_WAIT_STEP_S = 1.0  # a paced item waiting for budget looks again at least this often
+
+
+def paced_admission(ctx: WorkerContext, batch_id: UUID) -> Any:
+    """For a batch of a paced policy: wait until its rate limits admit one more batch item (the admission, a
+    Reservation), however long that takes; STOPPING if the worker stops meanwhile. None for other batches, and
+    when the batch was cancelled or passed its deadline (its claim then settles the item)."""
+    info = ctx.batch_info(batch_id)
+    if info is None:
+        return None
+    policy = get_policy(ctx.runtime, info["policy_id"])
+    if policy is None or not policy.batch_pace or not policy.rate_limits or not policy.enabled:
+        return None
+    limiter, expires = get_limiter(ctx.runtime), info["expires_at"]
+    while not ctx.stopping.is_set():
+        if batch_id in ctx.cancelled or (expires is not None and expires.timestamp() <= time.time()):
+            return None
+        try:
+            return limiter.admit(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
+        except RateLimited as exc:
+            wait = getattr(exc, "retry_at", time.time() + PACED_WAIT_STEP_S) - time.time()
+        except LimiterUnavailable:
+            wait = PACED_WAIT_STEP_S
+        ctx.waiting += 1
+        try:
+            ctx.stopping.wait(min(max(0.02, wait), PACED_WAIT_STEP_S))
+        finally:
+            ctx.waiting -= 1
+    return STOPPING
+
+
+def run_item(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None = None) -> str:
+    """Run item IDX of BATCH_ID once and wait for its final state to commit; the state (or why nothing ran).
+    ADMITTED: the item's admission to the rate limits, taken before its claim (paced policies)."""
+    state, future = _run_one(ctx, batch_id, idx, admitted)
     if future is None:
         return state
     try:
@@ -116,7 +174,8 @@ def run_item(ctx: WorkerContext, batch_id: UUID, idx: int) -> str:
         return "unknown"
 
 
-def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[str | None] | None]:
+def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int,
+             admitted: Reservation | None = None) -> tuple[str, Future[str | None] | None]:
     """Run item IDX of BATCH_ID once; its final state and the future of its commit (None when nothing ran here).
 
     The item is registered before the claim, so a cancel committed right after the claim finds it here.
@@ -127,12 +186,13 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[str, Future[
     try:
         row, retried = _claim(ctx, batch_id, idx)
         if row is None:
+            get_limiter(ctx.runtime).give_back(admitted)
             return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried), None
         item = _claimed(row, idx)
         deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
         ctx.registry.set_deadline(key, deadline)
         try:
-            ending = _execute(ctx, item, interrupter, deadline)
+            ending = _execute(ctx, item, interrupter, deadline, admitted)
         except Exception:
             log.exception("batch item %s:%s failed unexpectedly", batch_id, idx)
             ending = _Ending(_stopped(interrupter) or outcomes.internal_error())
@@ -164,7 +224,8 @@ def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any]
     raise AssertionError("unreachable")
 
 
-def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, deadline: float) -> _Ending:
+def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, deadline: float,
+             admitted: Reservation | None = None) -> _Ending:
     """Everything between the claim and the final state; returns how the item ended instead of raising."""
     early = _precheck(ctx.runtime, item)
     if early is not None:
@@ -173,12 +234,32 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
         body = json.loads(ctx.payloads.read_request(item.batch_id, item.idx))
     except (PayloadMissing, ValueError) as exc:
         return _Ending(outcomes.load_input_failed(exc))
-    call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
-                         source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
-                         batch_id=item.batch_id, batch_idx=item.idx, custom_id=item.custom_id, deadline=deadline,
-                         interrupter=interrupter, started_at=item.started, record_later=True)
+    for delay in (*UNSENT_RETRIES_S, None):
+        call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
+                             source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
+                             batch_id=item.batch_id, batch_idx=item.idx, custom_id=item.custom_id, deadline=deadline,
+                             interrupter=interrupter, started_at=item.started, record_later=True, reservation=admitted)
+        try:
+            return _call(ctx, item, call, interrupter)
+        except (psycopg.Error, PoolTimeout, LimiterUnavailable) as exc:
+            if call.sent or delay is None or time.monotonic() + delay >= deadline or interrupter.reason:
+                if isinstance(exc, LimiterUnavailable):
+                    return _Ending(_stopped(interrupter) or outcomes.pipeline_rejection(exc), call.pending)
+                raise
+            log.warning("batch item %s:%s: %s before reaching the upstream; trying again in %.1fs",
+                        item.batch_id, item.idx, type(exc).__name__, delay)
+            interrupter.rearm()
+            interrupter.wait(delay)
+    raise AssertionError("unreachable")
+
+
+def _call(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall, interrupter: Interrupter) -> _Ending:
+    """The pipeline call of a claimed item and how it ended; a database failure before anything was sent upstream
+    is raised (the item is still ours: it can be tried again)."""
     try:
         result = run_inference(ctx.runtime, call)
+    except LimiterUnavailable:
+        raise
     except Interrupted as exc:
         return _Ending(_stopped(interrupter) or outcomes.interrupted(exc.reason), call.pending)
     except RelayError as exc:
@@ -257,6 +338,8 @@ def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_
         return "unknown"
     if row["state"] == "queued" and row["batch_status"] == "cancelled":
         outcome, source, owner = outcomes.cancelled_queued(), "queued", None
+    elif row["state"] == "queued" and row["batch_expired"]:
+        outcome, source, owner = outcomes.expired_for(row["api"]), "queued", None
     elif row["state"] == "running" and row["worker_id"] == ctx.worker_id and own_claim_unknown:
         outcome, source, owner = outcomes.claim_interrupted(), "running", ctx.worker_id
     elif row["state"] == "running" and row["owner_lost"] and row["worker_id"] != ctx.worker_id:

@@ -7,14 +7,15 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import psycopg
 
+from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
-from app.batches import store
+from app.batches import pacing, store
 from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
@@ -23,6 +24,7 @@ from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
+from schemas.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from app.payload_files import Body
@@ -62,17 +64,18 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
     if typed is not None:
         try:
             return create_batch(runtime, caller, shape=typed.shape, metadata=typed.metadata, bodies=typed.bodies(),
-                                models=typed.checked_models(), total=len(typed.spans), origin=origin)
+                                models=typed.checked_models(), total=len(typed.spans), origin=origin,
+                                options=typed.options)
         except NeedsScanner:
             pass  # nothing was stored
     parsed = parse_batch(raw, **limits)
     return create_batch(runtime, caller, shape=parsed.shape, metadata=parsed.metadata, bodies=parsed.item_bodies(),
-                        models=parsed.models, total=parsed.count, origin=origin)
+                        models=parsed.models, total=parsed.count, origin=origin, options=parsed.options)
 
 
 def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict[str, Any] | None,
                  bodies: Iterable[Body], models: Iterable[str], total: int,
-                 origin: BatchOrigin | None = None) -> dict[str, Any]:
+                 origin: BatchOrigin | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Store a batch of TOTAL items: each item's request BODIES (its JSON bytes) and model name, in idx order.
 
     The request file is written and synced on a native thread while this one inserts the batch and copies the
@@ -83,7 +86,8 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     payloads = payload_store(runtime)
     batch = {
         "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": total,
-        "owner": caller.owner, **caller.attribution(), **(origin.columns if origin else {}),
+        "owner": caller.owner, **caller.attribution(), **option_columns(options or {}),
+        **(origin.columns if origin else {}),
     }
     stop = threading.Event()
     written = start_off_the_hub(payloads.write_requests, batch_id, bodies, stop.is_set)
@@ -103,7 +107,28 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
         if isinstance(exc, psycopg.OperationalError):
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
-    return batch_view(row, {"queued": total}, items=[], next_after=-1)
+    return batch_view(row, {"queued": total}, items=[], next_after=-1, pacing=_pacing(runtime, row, total))
+
+
+def option_columns(options: dict[str, Any]) -> dict[str, Any]:
+    """The batch columns of a submit's options: a completion_window sets the deadline (expires_at)."""
+    columns: dict[str, Any] = {}
+    if (window := options.get("completion_window")) is not None:
+        seconds = parse_duration(window)
+        columns["completion_window"] = format_duration(seconds)
+        columns["expires_at"] = datetime.now(UTC) + timedelta(seconds=seconds)
+    return columns
+
+
+def _pacing(runtime: Runtime, row: dict[str, Any], remaining: int) -> dict[str, Any] | None:
+    """The batch's pacing (a paced policy's batches): its rate and expected finish (app/batches/pacing.py)."""
+    policy = get_policy(runtime, row["policy_id"])
+    if policy is None or not policy.batch_pace or remaining <= 0:
+        return None
+    with runtime.pool.connection() as conn:
+        used = pacing.batch_share_used(conn, policy.rate_limits)
+    deadline = row.get("expires_at")
+    return pacing.pacing_view(policy, remaining, used, deadline.timestamp() if deadline else None)
 
 
 def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,
@@ -117,7 +142,8 @@ def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: 
             row["finished_at"] = store.finish_batch(conn, row["id"])
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
     next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
-    return batch_view(row, counts, items=items[:limit], next_after=next_after)
+    paced = _pacing(runtime, row, counts["queued"]) if row["status"] == "queued" else None
+    return batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced)
 
 
 def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
@@ -230,9 +256,10 @@ def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.Res
 
 
 def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[str, Any]],
-               next_after: int | None) -> dict[str, Any]:
-    """The batch object: summary, counts for every state, and a page of items."""
+               next_after: int | None, pacing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The batch object: summary, counts for every state, a page of items, and its pacing (paced policies)."""
     view = summary_view(row)
+    view["pacing"] = pacing
     view["counts"] = {s: counts.get(s, 0) for s in _STATES}
     view["items"] = items
     view["items_next_after"] = next_after
@@ -243,7 +270,8 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
     """A batch without counts or items; never the relay key hash or the owner key."""
     view = {"id": row["id"], "object": "batch", "status": row["status"], "shape": row["shape"],
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
-            "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"]}
+            "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"],
+            "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at")}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view
 

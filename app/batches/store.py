@@ -30,7 +30,8 @@ FINAL_STATES = ("completed", "discarded", "cancelled")
 ITEM_STATES = ("queued", "running", *FINAL_STATES)
 BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
-    " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at"
+    " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"
+    " expires_at"
 )
 
 
@@ -154,7 +155,7 @@ _CLAIM = """
 WITH claimed AS (
     UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b
     WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
-      AND b.status = 'queued'
+      AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
     RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
               b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
 ), counted AS (
@@ -175,12 +176,28 @@ def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: st
 def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Row | None:
     """An item's state, owner, whether the owner's heartbeat is stale, and the batch (for the usage event)."""
     return conn.execute(  # type: ignore[no-any-return]
-        "SELECT i.state, i.worker_id, i.model, i.custom_id, b.status AS batch_status, b.id, b.policy_id, b.project_id,"
+        "SELECT i.state, i.worker_id, i.model, i.custom_id, b.status AS batch_status, b.api,"
+        " coalesce(b.expires_at <= now(), false) AS batch_expired, b.id, b.policy_id, b.project_id,"
         " b.team_id, b.principal_kind, b.principal_id, b.credential_kind, b.credential_id, b.relay_key_hash,"
         " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)) AS owner_lost"
         " FROM batch_items i JOIN batches b ON b.id = i.batch_id LEFT JOIN workers w ON w.id = i.worker_id"
         " WHERE i.batch_id = %s AND i.idx = %s",
         (lost_after_s, batch_id, idx)).fetchone()
+
+
+def batch_run_info(conn: Conn, batch_id: UUID) -> Row | None:
+    """What a worker needs of a batch before claiming its items: its policy and deadline (they never change)."""
+    return conn.execute("SELECT policy_id, expires_at FROM batches WHERE id = %s",  # type: ignore[no-any-return]
+                        (batch_id,)).fetchone()
+
+
+def batches_due_to_expire(conn: Conn, limit: int = 100) -> list[Row]:
+    """Unfinished, uncancelled batches past their expires_at (a completion window, or the provider APIs' expiry),
+    locked as cancel locks the batch row before its items: the whole row, for the usage events of the items they
+    expire."""
+    return conn.execute(f"SELECT {BATCH_COLUMNS} FROM batches WHERE expires_at <= now() AND finished_at IS NULL"
+                        " AND status = 'queued' ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (limit,)).fetchall()
 
 
 _FINISHED = ("finished_at IS NULL AND total <= (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0)"

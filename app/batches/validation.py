@@ -85,6 +85,13 @@ def validate_envelope(envelope: dict[str, Any], *, has_requests: bool) -> list[I
     return errors
 
 
+def envelope_options(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's members beyond `shape`, `metadata` and `requests` (e.g. `completion_window`) that were
+    given, as the schema loads them; call it once validate_envelope() found nothing wrong."""
+    loaded = _ENVELOPE.load({k: v for k, v in envelope.items() if k != "requests"})
+    return {k: v for k, v in loaded.items() if k not in ("shape", "metadata") and v is not None}
+
+
 def item_errors(shape: str, idx: int, item: Any, *, may_hold_surrogates: bool = False) -> list[ItemError]:
     """Why ITEM cannot be a request of SHAPE in a batch; empty when it can.
 

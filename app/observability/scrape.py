@@ -27,9 +27,13 @@ _ITEMS_BY_STATE = """SELECT coalesce(sum(running), 0) AS running, coalesce(sum(c
   (SELECT coalesce(sum(total), 0) FROM batches) - coalesce(sum(running + completed + discarded + cancelled), 0)
   AS queued FROM batch_progress"""
 # The backlog per policy: items of unfinished batches not final yet, and how many owners they belong to.
-_BACKLOG = """SELECT p.name AS policy, sum(b.total - coalesce((SELECT sum(g.completed + g.discarded + g.cancelled)
-  FROM batch_progress g WHERE g.batch_id = b.id), 0)) AS items, count(DISTINCT b.owner) AS owners
-  FROM batches b JOIN policies p ON p.id = b.policy_id WHERE b.finished_at IS NULL GROUP BY p.name ORDER BY p.name"""
+# Items of a paced policy not started yet wait for its limits' budget.
+_BACKLOG = """SELECT p.name AS policy, bool_or(p.batch_pace) AS paced, sum(b.total - coalesce(g.final, 0)) AS items,
+  sum(b.total - coalesce(g.final, 0) - coalesce(g.running, 0)) AS unstarted, count(DISTINCT b.owner) AS owners
+  FROM batches b JOIN policies p ON p.id = b.policy_id
+  LEFT JOIN LATERAL (SELECT sum(completed + discarded + cancelled) AS final, sum(running) AS running
+                     FROM batch_progress WHERE batch_id = b.id) g ON true
+  WHERE b.finished_at IS NULL GROUP BY p.name ORDER BY p.name"""
 _BREAKERS = """SELECT h.name AS host, k.name AS host_key, coalesce(kh.consecutive_failures, 0) AS failures,
   kh.opened_until FROM host_keys k JOIN hosts h ON h.id = k.host_id
   LEFT JOIN key_health kh ON kh.host_key_id = k.id ORDER BY h.name, k.name"""
@@ -92,11 +96,17 @@ def _backlog_gauges(rows: list[dict[str, Any]]) -> Iterator[Metric]:
                               labels=["policy"])
     owners = GaugeMetricFamily("relay_batch_backlog_owners", "Owners with unfinished batches, per policy",
                                labels=["policy"])
+    waiting = GaugeMetricFamily("relay_batch_paced_waiting_items",
+                                "Items of paced policies' batches not started yet: waiting for the limits' budget",
+                                labels=["policy"])
     for row in rows:
         items.add_metric([row["policy"]], int(row["items"]))
         owners.add_metric([row["policy"]], int(row["owners"]))
+        if row["paced"]:
+            waiting.add_metric([row["policy"]], max(0, int(row["unstarted"])))
     yield items
     yield owners
+    yield waiting
 
 
 def _items_gauge(items: dict[str, int]) -> Metric:

@@ -86,6 +86,7 @@ def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> ups
         call.interrupter.check()
     started = time.monotonic()
     host = plan.route.binding.host.name
+    call.sent = True
     try:
         with upstream.interruptible(call.interrupter):
             response = upstream.post(url, headers=headers, body=plan.body, stream=True,

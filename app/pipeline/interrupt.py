@@ -25,6 +25,7 @@ class Interrupter:
         self._sockets: set[socket.socket] = set()
         self.reason: str | None = None
         self._released = False
+        self._stopped = threading.Event()
 
     @property
     def interrupted(self) -> bool:
@@ -53,10 +54,20 @@ class Interrupter:
             self._sockets.clear()
             self._released = True
 
+    def rearm(self) -> None:
+        """The same item calls again (its first call failed before reaching the upstream): interruptible again."""
+        with self._lock:
+            self._released = False
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to SECONDS, waking early (True) if the call is interrupted meanwhile."""
+        return self._stopped.wait(seconds)
+
     def interrupt(self, reason: str) -> None:
         with self._lock:
             if self.reason is None and not self._released:
                 self.reason = reason
+                self._stopped.set()
             for sock in self._sockets:
                 _shutdown(sock)
 

@@ -31,6 +31,7 @@ class InferenceCall:
     started_at: float = 0.0  # time.time() when the call began (set by the pipeline if 0)
     record_later: bool = False  # batch items: the usage record is left in `pending` for the item's final commit
     pending: UsageRecord | None = None  # with record_later: the call's usage record, once it ended or was refused
+    sent: bool = False  # an upstream request was started (a failure after it must not be retried)
     reservation: Reservation | None = None  # admitted to the rate limits already (a paced batch item, before claim)
 
 
