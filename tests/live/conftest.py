@@ -15,6 +15,7 @@ from tests.pipeline.conftest import pipeline_catalog
 from tests.processes import RelayProcess, start_api
 
 DEADLINES = {"RELAY_API_HEADER_TIMEOUT_S": "1", "RELAY_API_IO_TIMEOUT_S": "1"}
+LEASED = 200  # the `leased` policy's requests per 3 s window
 BIG_KEY = "sk-big"  # the fake upstream streams one 8 MB delta on this key: more than the sockets' buffers hold
 
 
@@ -26,6 +27,9 @@ def live_catalog(upstream_url: str) -> dict[str, Any]:
          "circuit_breaker": {"failures": 1, "cooldown": "1h"}},
         {"name": "limited-20", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": 20, "per": "1h"}]},
         {"name": "big", "models": ["*"], "key_pool": ["big"]},
+        {"name": "leased", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": LEASED, "per": "3s"}]},
+        {"name": "wide", "models": ["*"], "key_pool": ["oa-1"],
+         "rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "60s"}]},
     ]
     return doc
 

@@ -1,0 +1,179 @@
+"""Rate limits by leases on real processes: two API replicas (two gunicorn workers each) and two worker processes
+share one policy's limit, driven past it by live calls and a batch at once. Per window the requests admitted never
+exceed the limit and fill at least 98% of it; a killed process strands no more than its slice, for that window
+only; the lease statements are counted on /metrics and stay at most one per 20 admissions."""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from tests.batches.helpers import start_workers, wait_for
+from tests.live.conftest import LEASED, bearer
+from tests.observability.helpers import parse, value
+from tests.pipeline.helpers import CHAT
+from tests.processes import RelayProcess, free_port, start_api
+
+pytestmark = pytest.mark.integration
+WINDOW_S = 3  # the `leased` policy's window
+
+
+@pytest.fixture(scope="module")
+def batch_workers(live_env: dict[str, str], runtime: Any, tmp_path_factory: pytest.TempPathFactory,
+                  replicas: list[RelayProcess]) -> Iterator[tuple[RelayProcess, int]]:
+    port = free_port()
+    proc = start_workers({**live_env, "RELAY_WORKER_METRICS_PORT": str(port)}, tmp_path_factory.mktemp("workers"),
+                         runtime, processes=2, threads=8, worker_heartbeat_s=0.5, worker_lost_after_s=5)
+    yield proc, port
+    proc.stop()
+
+
+EDGE_S = 0.05  # a call is admitted a moment after it starts: this close to a window's end, it may be the next's
+
+
+def admitted_starts(runtime: Any, key_id: str, since: float) -> list[float]:
+    """When each call and batch item of KEY_ID that passed the rate limit (every event but a rate_limited one)
+    started."""
+    with runtime.pool.connection() as conn:
+        rows = conn.execute("SELECT extract(epoch FROM started_at)::float8 AS t FROM usage_events"
+                            " WHERE credential_id = %s AND started_at >= to_timestamp(%s)"
+                            " AND coalesce(error_code, '') <> 'rate_limited'", (key_id, since)).fetchall()
+    return [float(r["t"]) for r in rows]
+
+
+def admitted_in(starts: list[float], window: int) -> tuple[int, int]:
+    """(at least, at most) the admissions of WINDOW (its index): those that started well inside it, and those
+    that started in it or just before it (in overload, a call that started at the end of the window before was
+    refused there or admitted in this one)."""
+    begin, end = window * WINDOW_S, (window + 1) * WINDOW_S
+    inside = sum(1 for t in starts if begin <= t < end - EDGE_S)
+    around = sum(1 for t in starts if begin - EDGE_S <= t < end)
+    return inside, around
+
+
+def granted_per_window(runtime: Any) -> list[int]:
+    with runtime.pool.connection() as conn:
+        rows = conn.execute("SELECT w.requests FROM rate_limit_windows w JOIN policy_rate_limits l ON l.id = w.limit_id"
+                            " JOIN policies p ON p.id = l.policy_id WHERE p.name = 'leased'").fetchall()
+    return [int(r["requests"]) for r in rows]
+
+
+def hammer(urls: list[str], key: str, stop: threading.Event, threads: int = 8) -> list[int]:
+    """Live calls from THREADS keep-alive clients spread over URLS until STOP; every status."""
+    statuses: list[int] = []
+
+    def client(n: int) -> None:
+        with requests.Session() as session:
+            while not stop.is_set():
+                res = session.post(f"{urls[n % len(urls)]}/v1/chat/completions", json=CHAT, headers=bearer(key),
+                                   timeout=30)
+                statuses.append(res.status_code)
+
+    pool = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    stop.wait()
+    for t in pool:
+        t.join()
+    return statuses
+
+
+def key_with_id(admin: Any, replicas: list[RelayProcess], policy: str) -> tuple[str, str]:
+    """A new relay key of POLICY that every replica accepts, and its id."""
+    res = admin("POST", "/admin/relay-keys", json={"principal_kind": "service_account", "principal": "pipeline-svc",
+                                                   "policy": policy})
+    assert res.status_code == 201, res.get_data(as_text=True)
+    key = str(res.json["key"])
+    for api in replicas:
+        wait_for(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
+                                     .status_code == 200 for _ in range(4)), what="the key on every worker")
+    return key, str(res.json["id"])
+
+
+def test_live_calls_and_a_batch_on_four_processes_fill_each_window_exactly_to_its_limit(
+        replicas: list[RelayProcess], batch_workers: tuple[RelayProcess, int], admin: Any, runtime: Any) -> None:
+    key, key_id = key_with_id(admin, replicas, "leased")
+    time.sleep(WINDOW_S - time.time() % WINDOW_S)  # start on a window boundary
+    started = time.time()
+    res = requests.post(f"{replicas[0].url}/v1/batches", headers=bearer(key), timeout=60,
+                        json={"shape": "openai", "requests": [CHAT] * 2500})
+    assert res.status_code == 202, res.text
+    stop = threading.Event()
+    threading.Timer(4 * WINDOW_S, stop.set).start()
+    statuses = hammer([api.url for api in replicas], key, stop)
+    assert 429 in statuses and 200 in statuses
+    starts = admitted_starts(runtime, key_id, started - 1)
+    first = math.floor(started / WINDOW_S + 0.5)
+    counts = [admitted_in(starts, w) for w in range(first, first + 4)]  # windows with demand from start to end
+    assert max(granted_per_window(runtime)) <= LEASED
+    assert all(inside <= LEASED for inside, _ in counts), counts
+    assert all(around >= 0.98 * LEASED for _, around in counts), counts
+
+
+def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_ends(
+        live_env: dict[str, str], replicas: list[RelayProcess], admin: Any, runtime: Any,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    key, key_id = key_with_id(admin, replicas, "leased")
+    doomed = start_api(live_env, tmp_path_factory.mktemp("doomed"), workers=1)
+    try:
+        wait_for(lambda: requests.get(f"{doomed.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
+                 what="the key on the new replica")
+        time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.05)
+        window_start = time.time()
+        with requests.Session() as session:
+            for _ in range(5):
+                assert session.post(f"{doomed.url}/v1/chat/completions", json=CHAT, headers=bearer(key),
+                                    timeout=30).status_code == 200
+        doomed.stop(signal.SIGKILL)
+        stop = threading.Event()
+        threading.Timer(WINDOW_S - (time.time() - window_start) - 0.1, stop.set).start()
+        hammer([api.url for api in replicas], key, stop)
+    finally:
+        doomed.stop()
+    window = math.floor(window_start / WINDOW_S)
+    admitted = max(admitted_in(admitted_starts(runtime, key_id, window_start - 1), window))
+    with runtime.pool.connection() as conn:
+        row = conn.execute("SELECT w.requests FROM rate_limit_windows w JOIN policy_rate_limits l ON l.id = w.limit_id"
+                           " JOIN policies p ON p.id = l.policy_id WHERE p.name = 'leased'"
+                           " AND w.window_start = to_timestamp(%s)", (window * WINDOW_S,)).fetchone()
+    assert row is not None and int(row["requests"]) <= LEASED
+    stranded = int(row["requests"]) - admitted
+    assert 0 <= stranded <= 20, (row["requests"], admitted)  # the killed process's unused slice (MIN_SLICE)
+    # The next window is whole again for the live processes.
+    time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.05)
+    after = time.time()
+    stop = threading.Event()
+    threading.Timer(WINDOW_S - 0.2, stop.set).start()
+    hammer([api.url for api in replicas], key, stop)
+    assert admitted_in(admitted_starts(runtime, key_id, after - 1), math.floor(after / WINDOW_S))[1] >= 0.98 * LEASED
+
+
+def test_lease_statements_are_counted_and_stay_at_most_one_per_20_admissions(
+        replicas: list[RelayProcess], new_key: Callable[[str], str], live_env: dict[str, str]) -> None:
+    key = new_key("wide")
+    before = [parse(_metrics(api, live_env)) for api in replicas]
+    stop = threading.Event()
+    threading.Timer(4.0, stop.set).start()
+    statuses = hammer([api.url for api in replicas], key, stop)
+    assert set(statuses) == {200}
+    after = [parse(_metrics(api, live_env)) for api in replicas]
+    admitted = sum(value(a, "relay_rate_limit_admitted_total", consumer="live")
+                   - value(b, "relay_rate_limit_admitted_total", consumer="live") for a, b in zip(after, before))
+    statements = sum(value(a, "relay_rate_limit_lease_statements_total", consumer="live")
+                     - value(b, "relay_rate_limit_lease_statements_total", consumer="live")
+                     for a, b in zip(after, before))
+    assert admitted >= len(statuses)  # every call passed the limiter (the metric is the multiprocess sum)
+    assert 0 < statements <= admitted / 20 + 4, (statements, admitted)  # + each worker's first slice
+
+
+def _metrics(api: RelayProcess, env: dict[str, str]) -> str:
+    res = requests.get(f"{api.url}/metrics", headers=bearer(env["RELAY_ADMIN_TOKEN"]), timeout=10)
+    assert res.status_code == 200
+    return res.text
