@@ -209,12 +209,19 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int,
 
 def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool]:
     """queued → running for this worker, retried through a database blip (an acked message whose claim failed
-    would leave the item waiting for the lost-message sweep); the claimed row or None, and whether it retried."""
-    retried = False
+    would leave the item waiting for the lost-message sweep); the claimed row or None, and whether it retried.
+
+    An attempt whose connection dropped may have committed unseen: the item is then running under this worker's
+    id since that attempt, and since nothing here ran it (the registry keeps one thread per item), it is adopted
+    and run, not discarded."""
+    retried, first = False, time.monotonic()
     for delay in (*CLAIM_RETRIES_S, None):
         try:
             with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
-                return store.claim_item(conn, batch_id, idx, ctx.worker_id), retried
+                row = store.claim_item(conn, batch_id, idx, ctx.worker_id)
+                if row is None and retried:
+                    row = store.own_unseen_claim(conn, batch_id, idx, ctx.worker_id, time.monotonic() - first + 1)
+                return row, retried
         except psycopg.OperationalError as exc:
             if delay is None:
                 raise

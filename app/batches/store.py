@@ -173,6 +173,17 @@ def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: st
                                  "counter": worker_id if counter is None else counter}).fetchone()
 
 
+def own_unseen_claim(conn: Conn, batch_id: UUID, idx: int, worker_id: str, within_s: float) -> Row | None:
+    """The claim row (as claim_item returns it) of an item running under WORKER_ID that started within WITHIN_S:
+    a claim of this worker committed while its answer was lost."""
+    return conn.execute(  # type: ignore[no-any-return]
+        "SELECT b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,"
+        " b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at"
+        " FROM batch_items i JOIN batches b ON b.id = i.batch_id WHERE i.batch_id = %s AND i.idx = %s"
+        " AND i.state = 'running' AND i.worker_id = %s AND i.started_at >= now() - make_interval(secs => %s)",
+        (batch_id, idx, worker_id, within_s)).fetchone()
+
+
 def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Row | None:
     """An item's state, owner, whether the owner's heartbeat is stale, and the batch (for the usage event)."""
     return conn.execute(  # type: ignore[no-any-return]

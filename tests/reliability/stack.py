@@ -21,9 +21,12 @@ from tests.processes import RelayProcess, start_api
 
 # Worker settings for fault tests: liveness noticed within seconds, items stopped after 10 s.
 FAULT_WORKER_SETTINGS = {"batch_item_time_limit_s": 10, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
-SCENARIOS = ("kill", "term", "rabbitmq", "postgres", "api", "hang", "reset", "disk", "paced-kill", "paced-rabbitmq")
+SCENARIOS = ("kill", "term", "rabbitmq", "postgres", "api", "hang", "reset", "disk", "paced-kill", "paced-rabbitmq",
+             "dbdrop", "freeze")
 # The paced scenarios' policy: 200 items per 2 s window for batch items (half of 400), slower than the workers.
 PACED = {"rate_limits": [{"requests": 400, "per": "2s"}], "batch": {"pace": True, "share": 0.5}}
+POLICY_EXTRAS = {"paced-kill": PACED, "paced-rabbitmq": PACED,
+                 "dbdrop": {"rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "60s"}]}}
 MODEL = "gpt-4o-mini"
 
 
@@ -36,7 +39,7 @@ def fault_catalog(upstream_url: str) -> dict[str, Any]:
                                                  "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}}]}],
         "policies": [{"name": s, "models": ["*"], "key_pool": [f"k-{s}"],
                       "circuit_breaker": {"failures": 10000, "cooldown": "1s"},
-                      **(PACED if s.startswith("paced") else {})} for s in SCENARIOS],
+                      **POLICY_EXTRAS.get(s, {})} for s in SCENARIOS],
         "teams": [{"name": "t-faults"}],
         "projects": [{"name": "p-faults", "team": "t-faults"}],
         "service_accounts": [{"name": "faults-svc", "policy": "kill", "project": "p-faults", "team": "t-faults"}],

@@ -64,17 +64,34 @@ def test_a_claim_cut_before_it_ran_is_retried_and_the_item_runs_once(shared: Sta
     assert accounting.states() == {"completed": 1} and accounting.calls[0] == 1
 
 
-def test_a_claim_whose_answer_was_lost_is_discarded_not_run(shared: Stack, ctx: WorkerContext, monkeypatch,
-                                                            no_claim_wait) -> None:
+def test_a_claim_whose_answer_was_lost_is_adopted_and_the_item_runs_once(shared: Stack, ctx: WorkerContext,
+                                                                         monkeypatch, no_claim_wait) -> None:
     key = shared.new_key("kill")
     batch_id = shared.submit(key, "claim-lost", 1)
     _drop_connection_once(monkeypatch, after_commit=True)
 
-    assert run_item(ctx, UUID(batch_id), 0) == "discarded"
+    assert run_item(ctx, UUID(batch_id), 0) == "completed"  # the claim committed unseen was this worker's own
 
     accounting = shared.account(key, batch_id, "claim-lost", 1, timeout=10)
-    assert accounting.items[0]["error_code"] == "claim_interrupted"
-    assert accounting.calls[0] == 0  # never sent upstream: it might have been, by the attempt whose answer was lost
+    assert accounting.states() == {"completed": 1} and accounting.calls[0] == 1
+
+
+def test_an_item_left_running_under_this_worker_id_by_an_earlier_run_is_discarded_not_run(
+        shared: Stack, ctx: WorkerContext, monkeypatch, no_claim_wait) -> None:
+    """A claim that failed once, finding the item running under the same worker id since long before: an earlier
+    process with that RELAY_WORKER_ID may have sent it, so it is discarded, never run again."""
+    key = shared.new_key("kill")
+    batch_id = shared.submit(key, "claim-old", 1)
+    with shared.runtime.pool.connection() as conn:
+        assert store.claim_item(conn, UUID(batch_id), 0, ctx.worker_id) is not None
+        conn.execute("UPDATE batch_items SET started_at = now() - interval '1 hour' WHERE batch_id = %s",
+                     (batch_id,))
+    _drop_connection_once(monkeypatch, after_commit=False)
+
+    assert run_item(ctx, UUID(batch_id), 0) == "discarded"
+
+    accounting = shared.account(key, batch_id, "claim-old", 1, timeout=10)
+    assert accounting.items[0]["error_code"] == "claim_interrupted" and accounting.calls[0] == 0
 
 
 def test_a_claim_that_keeps_failing_raises_and_leaves_the_item_queued(shared: Stack, ctx: WorkerContext,
