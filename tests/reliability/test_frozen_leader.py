@@ -1,0 +1,91 @@
+"""A worker process frozen (SIGSTOP: a paused VM or container, a publish blocked by a broker alarm) while it holds
+the dispatcher's leadership: its transaction is ended by Postgres after a few seconds, and a healthy worker keeps
+the batch draining."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from app.batches.dispatch import DISPATCH_LOCK
+from tests.reliability.stack import Stack, upstream_key
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+ITEMS = 1500
+THREADS = 8
+FROZEN_S = 15.0
+
+
+def socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def owner_of_port(port: int, pids: list[int]) -> int | None:
+    """Which of PIDS has the TCP socket whose local port is PORT."""
+    wanted = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port:
+            wanted = fields[9]
+            break
+    if wanted is None:
+        return None
+    return next((pid for pid in pids if wanted in socket_inodes(pid)), None)
+
+
+def leader_port(conn: psycopg.Connection) -> int | None:
+    """The client port of the session holding the dispatcher's advisory lock, if one holds it now."""
+    row = conn.execute("SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                       " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = %s",
+                       (DISPATCH_LOCK,)).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def freeze_the_leader(conn: psycopg.Connection, pids: list[int], timeout: float = 60) -> int:
+    """SIGSTOP the worker process caught holding the dispatcher's lock; its pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        port = leader_port(conn)
+        pid = owner_of_port(port, pids) if port else None
+        if pid is not None:
+            os.kill(pid, signal.SIGSTOP)
+            if leader_port(conn) == port:
+                return pid
+            os.kill(pid, signal.SIGCONT)  # it let go before it stopped: try again
+    raise AssertionError("never caught a worker holding the dispatcher's lock")
+
+
+def test_a_worker_frozen_while_it_leads_the_dispatcher_does_not_stall_the_others(shared: Stack) -> None:
+    stack = shared
+    key = stack.new_key("freeze")
+    stack.upstream.control(upstream_key("freeze"), latency_ms=20)
+    first, second = stack.start_worker(threads=THREADS, dispatch_window=40), \
+        stack.start_worker(threads=THREADS, dispatch_window=40)
+    pids = [stack.worker_process(first)[0], stack.worker_process(second)[0]]
+    batch_id = stack.submit(key, "freeze", ITEMS)
+    stack.wait_items(batch_id, ("completed",), 20)
+    with psycopg.connect(stack.settings.database_url, autocommit=True) as conn:
+        frozen = freeze_the_leader(conn, pids)
+    try:
+        before = stack.count_items(batch_id, "completed", "discarded")
+        time.sleep(FROZEN_S)
+        during = stack.count_items(batch_id, "completed", "discarded") - before
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    assert during >= 200, f"only {during} items became final in {FROZEN_S:.0f}s while one worker was frozen"
+    accounting = stack.account(key, batch_id, "freeze", ITEMS, timeout=180)
+    assert set(accounting.error_codes()) <= {"worker_lost"}  # the frozen worker's running items, at most
