@@ -59,6 +59,21 @@ def _failure(family: str, behaviour: Behaviour) -> UpstreamError:
     return UpstreamError(status, f"Fake upstream failure (HTTP {status}).")
 
 
+def per_second_limit(family: str, behaviour: Behaviour, count: int, left_s: float) -> dict[str, str]:
+    """A `max_rps` key: OpenAI's x-ratelimit-* headers for the current second, or its 429 past the limit
+    (retry-after-ms: until the next second)."""
+    limit = behaviour.max_rps
+    headers = {"x-ratelimit-limit-requests": str(limit),
+               "x-ratelimit-remaining-requests": str(max(0, limit - count)),
+               "x-ratelimit-reset-requests": f"{int(left_s * 1000)}ms"}
+    if count > limit:
+        headers |= {"retry-after-ms": str(max(1, int(left_s * 1000))), "retry-after": "1"}
+        error = _rate_limited(family, behaviour)
+        error.headers = headers
+        raise error
+    return headers
+
+
 def check_access(family: str, headers: Mapping[str, str], key: str | None, behaviour: Behaviour,
                  options: ServerOptions) -> None:
     """Raise the error the call gets before its body is looked at: auth, version header, injected errors."""

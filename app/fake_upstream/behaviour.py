@@ -59,6 +59,7 @@ class Behaviour:
     times: int | None = None
     usage: Mapping[str, int] = field(default_factory=dict)
     reply: str | None = None
+    max_rps: int = 0  # answer 429 past this many calls of the key per second (epoch-aligned); 0: no such limit
 
     @classmethod
     def from_json(cls, data: Any) -> Behaviour:
@@ -80,6 +81,7 @@ class Behaviour:
             times=None if times is None else _int_field(data, "times", 1, 1, 10**9),
             usage=_usage_field(data),
             reply=reply,
+            max_rps=_int_field(data, "max_rps", 0, 0, 1_000_000),
         )
 
     def to_json(self) -> dict[str, Any]:

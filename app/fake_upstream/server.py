@@ -12,12 +12,13 @@ import asyncio
 import json
 import socket
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from app.fake_upstream.access import check_access, request_key
+from app.fake_upstream.access import check_access, per_second_limit, request_key
 from app.fake_upstream.behaviour import Behaviour
 from app.fake_upstream.control import PREFIX, STATE, control_app
 from app.fake_upstream.endpoints import ENDPOINTS, Endpoint
@@ -126,8 +127,11 @@ async def answer_call(request: web.Request, endpoint: Endpoint, call: CallRecord
     behaviour = state.take_behaviour(call.key)
     streamed = endpoint.stream is not None and call.stream and body_error is None
     await delay_or_drop(request, state, call, behaviour, streamed)
+    limits: dict[str, str] = {}
     try:
         check_access(family, request.headers, call.key, behaviour, state.options)
+        if behaviour.max_rps:
+            limits = per_second_limit(family, behaviour, *state.count_in_second(call.key, time.time()))
         if body_error is not None:
             raise body_error
         if endpoint.validate is not None:
@@ -135,7 +139,7 @@ async def answer_call(request: web.Request, endpoint: Endpoint, call: CallRecord
     except UpstreamError as error:
         return error_response(family, error)
     if not streamed or endpoint.stream is None:
-        return web.json_response(endpoint.build(body, behaviour, family), headers=answer_headers(family))
+        return web.json_response(endpoint.build(body, behaviour, family), headers=answer_headers(family) | limits)
     cut = stream_cutter(request, state, call) if behaviour.mode == "stream_cut" else None
     return await send_frames(request, family, endpoint.stream(body, behaviour), behaviour, cut)
 

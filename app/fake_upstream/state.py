@@ -65,6 +65,15 @@ class UpstreamState:
                                                   ("by_key", "by_path", "by_model", "by_status", "by_outcome")}
         self.log: deque[CallRecord] = deque(maxlen=self.options.request_log_size)
         self._seq = 0
+        self._per_second: dict[str | None, tuple[int, int]] = {}  # key -> (second, calls in it)
+
+    def count_in_second(self, key: str | None, now: float) -> tuple[int, float]:
+        """Count a call of KEY in the current second: (calls in it so far, this one included; seconds left)."""
+        second = int(now)
+        seen, count = self._per_second.get(key, (second, 0))
+        count = count + 1 if seen == second else 1
+        self._per_second[key] = (second, count)
+        return count, second + 1 - now
 
     def set_key(self, key: str, behaviour: Behaviour) -> None:
         """Give `key` its own behaviour (this also makes it a listed key for `strict_keys`)."""

@@ -59,6 +59,8 @@ class _Metrics:
         self.lease_admitted = Counter("relay_rate_limit_admitted",
                                       "Requests and batch items admitted from rate-limit slices, by consumer",
                                       ["consumer"])
+        self.key_backoffs = Counter("relay_upstream_key_backoffs",
+                                    "Times a host key's 429 slowed this process's batch calls on it down")
         self.item_duration = Histogram("relay_batch_item_duration_seconds",
                                        "Batch item run time, from start to its final state, by final state",
                                        ["state"], buckets=LATENCY_BUCKETS)
@@ -92,6 +94,11 @@ def count_lease_statement(consumer: str) -> None:
 def count_admitted(consumer: str) -> None:
     """One request or batch item admitted by the rate limiter from a slice held in memory."""
     metrics().lease_admitted.labels(consumer=consumer).inc()
+
+
+def count_key_backoff() -> None:
+    """A host key answered 429: its batch calls here are paced at a lower rate (app/pipeline/backoff.py)."""
+    metrics().key_backoffs.inc()
 
 
 def observe_item(state: str, seconds: float) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from app.catalog.model import HostKey
 from app.db import autocommit
 from app.errors import RelayError, UpstreamFailed
 from app.observability.metrics import observe_upstream
 from app.pipeline import keypool, upstream
+from app.pipeline.backoff import get_backoff
 from app.pipeline.interrupt import Interrupted
 from app.pipeline.keyhealth import get_key_health
 from app.pipeline.plan import Plan
@@ -49,7 +51,7 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
         if candidate.probe and not _claim_probe(runtime, plan, candidate):
             continue
         recorder.attempts += 1
-        response = _send(runtime, call, plan, candidate.key.secret())
+        response = _send(runtime, call, plan, candidate.key)
         if response is not None and not is_retryable(response.status_code):
             recorder.key_used(candidate)
             return _answer(call, plan, recorder, response)
@@ -73,9 +75,14 @@ def _claim_probe(runtime: Runtime, plan: Plan, candidate: keypool.Candidate) -> 
     return claimed
 
 
-def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> upstream.UpstreamResponse | None:
-    """One upstream attempt; None on connection errors and timeouts, Interrupted when stopped on purpose."""
+def _send(runtime: Runtime, call: InferenceCall, plan: Plan, key: HostKey) -> upstream.UpstreamResponse | None:
+    """One upstream attempt; None on connection errors and timeouts, Interrupted when stopped on purpose. A batch
+    call first waits its turn on a key that answered 429 lately (backoff.py), and tells it how the key answered."""
     settings = runtime.settings
+    backoff = get_backoff(runtime) if call.source == "batch" else None
+    if backoff is not None:
+        backoff.wait_turn(key.id, call.deadline, call.interrupter.wait if call.interrupter else time.sleep)
+    secret = key.secret()
     url = plan.route.binding.host.base_url.rstrip("/") + plan.path
     headers = {"content-type": "application/json", "accept": "text/event-stream" if plan.stream else "application/json",
                "user-agent": "relay/1.0", **plan.adapter.auth_headers(secret)}
@@ -96,6 +103,8 @@ def _send(runtime: Runtime, call: InferenceCall, plan: Plan, secret: str) -> ups
         _raise_if_stopped(call)
         return None
     observe_upstream(host, response.status_code, time.monotonic() - started)
+    if backoff is not None:
+        backoff.observe(key.id, response.status_code, response.headers)
     return response
 
 

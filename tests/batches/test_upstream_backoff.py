@@ -1,0 +1,96 @@
+"""A host key that answers 429 past its own rate: batch calls on it back off (paced just under what it lets
+through, held for its Retry-After) instead of being sent into the wall; live calls are not slowed."""
+
+from __future__ import annotations
+
+import time
+from uuid import uuid4
+
+import pytest
+
+from app.pipeline.backoff import MIN_RATE, KeyBackoff
+from tests.batches.helpers import CHAT, submit, wait_finished
+
+KEY_RPS = 40  # the fake upstream's limit on the `rps` policy's key
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_429_paces_the_key_just_under_what_it_let_through_and_the_rate_creeps_back_up() -> None:
+    clock, key = Clock(), uuid4()
+    backoff = KeyBackoff(monotonic=clock)
+    for _ in range(50):
+        backoff.observe(key, 200, {"x-ratelimit-remaining-requests": "100"})
+        clock.now += 0.01
+    assert backoff.rate(key) is None  # no 429 yet: not paced
+    backoff.observe(key, 429, {})
+    assert backoff.rate(key) == pytest.approx(45)
+    backoff.observe(key, 429, {})  # in-flight calls' 429s right after do not cut again
+    assert backoff.rate(key) == pytest.approx(45)
+    started = clock.now
+    for _ in range(10):
+        backoff.wait_turn(key, None, clock.sleep)
+    assert clock.now - started == pytest.approx(9 / 45, rel=0.05)  # evenly spaced at the paced rate
+    clock.now += 10
+    backoff.wait_turn(key, None, clock.sleep)
+    assert backoff.rate(key) > 45  # additive increase
+    clock.now += 120
+    backoff.wait_turn(key, None, clock.sleep)
+    assert backoff.rate(key) is None  # recovered: unpaced again
+
+
+def test_retry_after_and_spent_ratelimit_headers_hold_the_key_until_then() -> None:
+    clock, key = Clock(), uuid4()
+    backoff = KeyBackoff(monotonic=clock)
+    backoff.observe(key, 429, {"retry-after-ms": "1500"})
+    started = clock.now
+    backoff.wait_turn(key, None, clock.sleep)
+    assert clock.now - started >= 1.5 and backoff.rate(key) == MIN_RATE  # nothing got through: the floor
+    other = uuid4()
+    backoff.observe(other, 200, {"x-ratelimit-remaining-requests": "1", "x-ratelimit-reset-requests": "2s"})
+    started = clock.now
+    backoff.wait_turn(other, None, clock.sleep)
+    assert clock.now - started == pytest.approx(2.0)
+
+
+def test_a_deadline_cuts_the_wait_short() -> None:
+    clock, key = Clock(), uuid4()
+    backoff = KeyBackoff(monotonic=clock)
+    backoff.observe(key, 429, {"retry-after": "30"})
+    backoff.wait_turn(key, clock.now + 2, clock.sleep)
+    assert clock.now == pytest.approx(102.0)
+
+
+@pytest.mark.integration
+def test_batch_items_back_off_a_key_that_answers_429_past_its_rate(client, make_key, upstream, fresh_upstream) -> None:
+    upstream.control("sk-batch-rps", max_rps=KEY_RPS)
+    key = make_key("rps")["key"]
+    items = 8 * KEY_RPS
+    started = time.monotonic()
+    batch = wait_finished(client, key, submit(client, key, [CHAT] * items).json["id"], timeout=60)
+    took = time.monotonic() - started
+    failed = batch["counts"]["discarded"]
+    assert batch["counts"]["completed"] + failed == items
+    assert failed <= 0.05 * items, f"{failed} of {items} items were sent into the key's limit"
+    assert items / took >= 0.6 * KEY_RPS  # and the batch still drains near the key's rate
+
+
+@pytest.mark.integration
+def test_live_calls_are_not_slowed_by_a_key_batch_calls_back_off(client, make_key, upstream, fresh_upstream) -> None:
+    upstream.control("sk-batch-rps", max_rps=KEY_RPS)
+    key = make_key("rps")["key"]
+    statuses, started = [], time.monotonic()
+    for _ in range(KEY_RPS + 10):  # past the key's rate within a second: the upstream answers 429, Relay passes on
+        statuses.append(client.post("/v1/chat/completions", json=CHAT,
+                                    headers={"Authorization": f"Bearer {key}"}).status_code)
+    assert time.monotonic() - started < 1.5 or statuses.count(429) == 0
+    assert 200 in statuses
