@@ -32,7 +32,9 @@ FINAL = ("completed", "discarded", "cancelled")
 SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve().parent.parent / ".services"))
 WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk
 KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang", "trickle": "sk-bench-trickle",
-        "big": "sk-bench-big", "fair": "sk-bench-fair"}
+        "big": "sk-bench-big", "fair": "sk-bench-fair", "fast-2": "sk-bench-fast-2", "slow-2": "sk-bench-slow-2",
+        "paced": "sk-bench-paced", "rps": "sk-bench-rps"}
+POLICIES = ("fast", "slow", "hang", "limited", "trickle", "big", "fair", "real", "real-slow", "paced", "rps")
 
 
 def item_body(i: int, size: int = 1024) -> dict[str, Any]:
@@ -74,6 +76,8 @@ class BenchEnv:
         upstream = start_fake_upstream(process=True)
         upstream.settings(request_log_size=10)  # keep the fake upstream light
         upstream.control(KEYS["slow"], latency_ms=sizes.slow_latency_ms)
+        upstream.control(KEYS["slow-2"], latency_ms=sizes.slow_latency_ms)
+        upstream.control(KEYS["rps"], max_rps=sizes.rps_key_limit)
         upstream.control(KEYS["hang"], latency_ms=120_000)
         upstream.control(KEYS["trickle"], reply=TRICKLE_REPLY, chunk_delay_ms=CHUNK_DELAY_MS)
         upstream.control(KEYS["big"], reply=BIG_REPLY)
@@ -87,7 +91,7 @@ class BenchEnv:
         conn = psycopg.connect(services.database_url, autocommit=True)
         bench = cls(name=name, services=services, env=env, work=work, upstream=upstream, conn=conn)
         bench.start_api()
-        bench._apply_catalog(catalog(upstream.url, sizes.rate_limit, sizes.rate_window_s))
+        bench._apply_catalog(catalog(upstream.url, sizes))
         return bench
 
     def close(self) -> None:
@@ -209,7 +213,7 @@ class BenchEnv:
         res = self.http.put(self.api.url + "/admin/catalog", json=doc,
                             headers=auth, timeout=60)
         res.raise_for_status()
-        for policy in ("fast", "slow", "hang", "limited", "trickle", "big", "fair"):
+        for policy in POLICIES:
             self.keys[policy] = self.new_key(policy, wait=False)
         self._wait_catalog()
 
@@ -238,23 +242,36 @@ class BenchEnv:
             time.sleep(0.2)
 
 
-def catalog(upstream_url: str, rate_limit: int, window_s: int) -> dict[str, Any]:
-    """One openai host on the fake upstream, a key per behaviour, one policy per scenario."""
+def real_policy(name: str, keys: list[str]) -> dict[str, Any]:
+    """A policy as users write them (docs/catalog.example.yaml): a request and a token limit per minute and a daily
+    request limit (none of which the bench reaches), two keys in prioritized order with a breaker."""
+    return {"name": name, "models": ["gpt-*"], "key_pool": keys, "key_selection": "prioritized",
+            "circuit_breaker": {"failures": 3, "cooldown": "30s"},
+            "rate_limits": [{"requests": 10_000_000, "tokens": 10_000_000_000, "per": "60s"},
+                            {"requests": 100_000_000, "per": "24h"}]}
+
+
+def catalog(upstream_url: str, sizes: Sizes) -> dict[str, Any]:
+    """One openai host on the fake upstream, a key per behaviour, one policy per scenario: bare ones (no limit,
+    one key) and real ones (real_policy)."""
     breaker = {"failures": 1000, "cooldown": "1s"}
+    bare = [{"name": name, "models": ["*"], "key_pool": [name], "circuit_breaker": breaker}
+            for name in ("fast", "slow", "hang", "trickle", "big", "fair")]
     return {
         "hosts": [{"name": "openai", "base_url": upstream_url,
                    "keys": [{"name": name, "value": value} for name, value in KEYS.items()]}],
         "models": [{"name": MODEL, "bindings": [{"host": "openai", "adapter": "openai", "upstream_model": MODEL,
                                                  "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}}]}],
         "policies": [
-            {"name": "fast", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker},
-            {"name": "slow", "models": ["*"], "key_pool": ["slow"], "circuit_breaker": breaker},
-            {"name": "hang", "models": ["*"], "key_pool": ["hang"], "circuit_breaker": breaker},
-            {"name": "trickle", "models": ["*"], "key_pool": ["trickle"], "circuit_breaker": breaker},
-            {"name": "big", "models": ["*"], "key_pool": ["big"], "circuit_breaker": breaker},
-            {"name": "fair", "models": ["*"], "key_pool": ["fair"], "circuit_breaker": breaker},
+            *bare,
             {"name": "limited", "models": ["*"], "key_pool": ["fast"], "circuit_breaker": breaker,
-             "rate_limits": [{"requests": rate_limit, "per": f"{window_s}s"}]},
+             "rate_limits": [{"requests": sizes.rate_limit, "per": f"{sizes.rate_window_s}s"}]},
+            real_policy("real", ["fast", "fast-2"]),
+            real_policy("real-slow", ["slow", "slow-2"]),
+            {"name": "paced", "models": ["*"], "key_pool": ["paced"], "circuit_breaker": breaker,
+             "rate_limits": [{"requests": sizes.paced_limit, "per": f"{sizes.paced_window_s}s"}],
+             "batch": {"pace": True, "share": sizes.paced_share}},
+            {"name": "rps", "models": ["*"], "key_pool": ["rps"], "circuit_breaker": breaker},
         ],
         "teams": [{"name": "bench"}],
         "projects": [{"name": "bench", "team": "bench"}],

@@ -31,14 +31,25 @@ class Sizes:
     fair_delay_s: float = 2.0
     fair_latency_ms: int = 300
     fair_window_s: float = 30.0  # how long the big batches' progress is measured (then they are cancelled)
+    paced_items: int = 20_000  # pacing: a paced batch of this many items ...
+    paced_limit: int = 6_000  # ... under this many requests per PACED_WINDOW_S, of which PACED_SHARE for batches
+    paced_window_s: int = 60
+    paced_share: float = 0.8
+    paced_live_per_min: int = 1_000  # live calls of the same policy meanwhile
+    paced_live_baseline_s: float = 30.0  # the same live calls without the batch, for the baseline
+    rps_items: int = 3_000  # a batch on a key that answers 429 past RPS_KEY_LIMIT calls a second
+    rps_key_limit: int = 50
 
 
 FULL = Sizes()
 QUICK = Sizes(accept=(2_000, 10_000), drain=4_000, slow_items=1_000, slow_concurrency=200, limited_items=1_500,
               rate_limit=1_000, rate_window_s=20, reads_items=10_000, read_gets=30, live_requests=300,
-              cancel_items=100, slow_probes=50, files_items=10_000, fair_big=4_000, fair_window_s=15.0)
+              cancel_items=100, slow_probes=50, files_items=10_000, fair_big=4_000, fair_window_s=15.0,
+              paced_items=2_000, paced_limit=1_500, paced_window_s=20, paced_live_per_min=600,
+              paced_live_baseline_s=10.0, rps_items=1_000)
 TINY = Sizes(accept=(40,), drain=60, drain_workers=(1, 4), slow_items=20, slow_concurrency=10, slow_latency_ms=200,
              limited_items=30, rate_limit=20, rate_window_s=2, reads_items=50, read_gets=5, live_requests=20,
              live_clients=4, cancel_items=6, slow_clients=20, slow_probes=5, slow_wait_s=15.0,
              api_deadlines=(1, 1.0), files_items=40, fair_big=60, fair_small=2, fair_delay_s=0.5, fair_latency_ms=100,
-             fair_window_s=1.0)
+             fair_window_s=1.0, paced_items=40, paced_limit=50, paced_window_s=2, paced_live_per_min=120,
+             paced_live_baseline_s=1.0, rps_items=40, rps_key_limit=20)

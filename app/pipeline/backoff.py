@@ -23,10 +23,13 @@ from app.observability.metrics import count_key_backoff
 if TYPE_CHECKING:
     from app.runtime import Runtime
 
-DECREASE = 0.9  # after a 429: this share of the rate the key let through in the last second
-INCREASE_PER_S = 0.02  # then the rate grows by this share of itself each second (at least one call/s per second)
+DECREASE = 0.9  # after a 429: this share of the rate the key let through in the last second ...
+FIRST_DECREASE = 0.6  # ... or this share on a key not paced yet: a sliding second right after an unpaced burst
+# can hold two of the upstream's windows' worth, and other processes send on the key too
+INCREASE_PER_S = 0.02  # then the rate grows by this share of itself each second (at least MIN_INCREASE calls/s)
+MIN_INCREASE = 1.0
 MIN_RATE = 0.5  # calls per second at least
-CUT_EVERY_S = 0.5  # one decrease per this long: the 429s of calls already in flight do not cut it again
+CUT_EVERY_S = 1.0  # one decrease per this long: the 429s of calls already in flight do not cut it again
 MAX_HOLD_S = 60.0  # a Retry-After or reset longer than this is cut to it
 LOW_REMAINING = 2  # x-ratelimit-remaining-* at or below this holds calls until the reset
 RECOVER_S = 60.0
@@ -97,9 +100,10 @@ class KeyBackoff:
                 hold = _reset_s(headers)
             if hold:
                 pace.hold_until = max(pace.hold_until, now + min(hold, MAX_HOLD_S))
+                pace.last_update = max(pace.last_update, pace.hold_until)  # at the key's edge: no increase meanwhile
             if status == 429 and now - pace.last_cut >= CUT_EVERY_S:
                 let_through = sum(1 for t in pace.successes if t >= now - 1.0)
-                pace.rate = max(MIN_RATE, DECREASE * let_through)
+                pace.rate = max(MIN_RATE, (DECREASE if pace.rate else FIRST_DECREASE) * let_through)
                 pace.last_cut = pace.last_update = now
                 count_key_backoff()
 
@@ -116,8 +120,9 @@ class KeyBackoff:
             pace.rate = None
             return
         elapsed = now - pace.last_update
-        pace.rate += elapsed * max(1.0, pace.rate * INCREASE_PER_S)
-        pace.last_update = now
+        if elapsed > 0:
+            pace.rate += elapsed * max(MIN_INCREASE, pace.rate * INCREASE_PER_S)
+            pace.last_update = now
 
 
 def _hold_s(headers: Headers) -> float | None:

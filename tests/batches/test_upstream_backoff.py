@@ -8,7 +8,7 @@ from uuid import uuid4
 
 import pytest
 
-from app.pipeline.backoff import MIN_RATE, KeyBackoff
+from app.pipeline.backoff import DECREASE, FIRST_DECREASE, MIN_RATE, KeyBackoff
 from tests.batches.helpers import CHAT, submit, wait_finished
 
 KEY_RPS = 40  # the fake upstream's limit on the `rps` policy's key
@@ -33,16 +33,22 @@ def test_a_429_paces_the_key_just_under_what_it_let_through_and_the_rate_creeps_
         clock.now += 0.01
     assert backoff.rate(key) is None  # no 429 yet: not paced
     backoff.observe(key, 429, {})
-    assert backoff.rate(key) == pytest.approx(45)
+    assert backoff.rate(key) == pytest.approx(FIRST_DECREASE * 50)  # a first cut, deeper
     backoff.observe(key, 429, {})  # in-flight calls' 429s right after do not cut again
-    assert backoff.rate(key) == pytest.approx(45)
+    assert backoff.rate(key) == pytest.approx(FIRST_DECREASE * 50)
     started = clock.now
     for _ in range(10):
         backoff.wait_turn(key, None, clock.sleep)
-    assert clock.now - started == pytest.approx(9 / 45, rel=0.05)  # evenly spaced at the paced rate
+    assert clock.now - started == pytest.approx(9 / (FIRST_DECREASE * 50), rel=0.05)  # evenly spaced at the paced rate
+    clock.now += 1.0  # a second later: the earlier successes are out of the window
+    for _ in range(30):
+        backoff.observe(key, 200, {})
+        clock.now += 0.02
+    backoff.observe(key, 429, {})
+    assert backoff.rate(key) == pytest.approx(DECREASE * 30)  # later cuts: most of what got through
     clock.now += 10
     backoff.wait_turn(key, None, clock.sleep)
-    assert backoff.rate(key) > 45  # additive increase
+    assert backoff.rate(key) > DECREASE * 30  # additive increase
     clock.now += 120
     backoff.wait_turn(key, None, clock.sleep)
     assert backoff.rate(key) is None  # recovered: unpaced again

@@ -1,0 +1,120 @@
+"""Pacing (issue #24): a paced batch under its policy's limits with live calls beside it, and a batch on a host key
+that answers 429 past its own rate.
+
+- paced: PACED_ITEMS items of a policy of PACED_LIMIT requests per PACED_WINDOW_S with `batch: {pace: true,
+  share: PACED_SHARE}`: the batch's rate against its share of the limit (target >= 0.95x), items discarded
+  rate_limited (target 0); live calls of the same policy at PACED_LIVE_PER_MIN meanwhile: 429s (target 0) and their
+  p99 against the same calls with no batch running (target: within 2 ms);
+- backoff: RPS_ITEMS items on a key the fake upstream answers 429 past RPS_KEY_LIMIT calls a second: items that
+  failed on a 429 (target <= 2%) and the drain rate against the key's (target >= 0.9x)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import requests
+
+from bench.env import BenchEnv, batch_body, item_body
+from bench.live import p99, post, timed
+from bench.report import Results
+from bench.sizes import Sizes
+
+PACED_OVER_SHARE = 0.95
+P99_WITHIN_MS = 2.0
+FAILED_429 = 0.02
+RPS_OVER_KEY = 0.9
+
+
+def pacing(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    processes, threads = sizes.drain_workers
+    env.start_workers(processes, threads)
+    for _ in range(repeat):
+        _paced(env, sizes, results)
+        _backoff(env, sizes, results)
+
+
+def _paced(env: BenchEnv, sizes: Sizes, results: Results) -> None:
+    share = sizes.paced_share * sizes.paced_limit * 60 / sizes.paced_window_s  # batch items a minute
+    label = (f"{sizes.paced_limit:,}/{sizes.paced_window_s}s, share {sizes.paced_share:g}, "
+             f"{sizes.paced_items:,} items")
+    baseline = _live_calls(env, sizes, sizes.paced_live_baseline_s)
+    body, _ = batch_body(sizes.paced_items)
+    stop = threading.Event()
+    during: list[tuple[int, float]] = []
+    live = threading.Thread(target=lambda: during.extend(_live_until(env, sizes, stop)))
+    batch_id, _ = env.post_batch("paced", body)
+    accepted = time.time()
+    live.start()
+    try:
+        env.wait_final(batch_id, sizes.paced_items, timeout=4 * sizes.paced_items / share * 60 + 120)
+    finally:
+        stop.set()
+        live.join()
+    elapsed = env.last_finished(batch_id) - accepted
+    limited = env.conn.execute("SELECT count(*) FROM batch_items WHERE batch_id = %s AND error_code = 'rate_limited'",
+                               (batch_id,)).fetchone()
+    env.forget_batch(batch_id)
+    rate = sizes.paced_items / elapsed * 60
+    results.add("pacing", f"{label}: items/min", rate, "items/min", baseline=share,
+                baseline_name="the batch share of the limit")
+    results.add("pacing", f"{label}: items/min ÷ the batch share", rate / share, "x",
+                target=(">=", PACED_OVER_SHARE))
+    results.add("pacing", f"{label}: items discarded rate_limited", int(limited[0] if limited else 0), "",
+                target=("<=", 0))
+    times = [t for status, t in during if status == 200]
+    results.add("pacing", f"{label}: live calls at {sizes.paced_live_per_min}/min meanwhile: 429s",
+                sum(1 for status, _ in during if status == 429), "", target=("<=", 0))
+    base = [t for status, t in baseline if status == 200]
+    if times and base:
+        results.add("pacing", f"{label}: live p99 with the batch − without", (p99(times) - p99(base)) * 1000, "ms",
+                    target=("<=", P99_WITHIN_MS), baseline=p99(base) * 1000, baseline_name="live p99 with no batch")
+
+
+def _backoff(env: BenchEnv, sizes: Sizes, results: Results) -> None:
+    label = f"key answering 429 past {sizes.rps_key_limit}/s, {sizes.rps_items:,} items"
+    body, _ = batch_body(sizes.rps_items)
+    batch_id, _ = env.post_batch("rps", body)
+    accepted = time.time()
+    env.wait_final(batch_id, sizes.rps_items, timeout=10 * sizes.rps_items / sizes.rps_key_limit + 120)
+    elapsed = env.last_finished(batch_id) - accepted
+    row = env.conn.execute("SELECT count(*) FROM usage_events WHERE batch_id = %s AND upstream_status = 429",
+                           (batch_id,)).fetchone()
+    env.forget_batch(batch_id)
+    failed = int(row[0]) if row else 0
+    rate = sizes.rps_items / elapsed
+    results.add("pacing", f"{label}: items failed on the key's 429", failed / sizes.rps_items * 100, "%",
+                target=("<=", FAILED_429 * 100))
+    results.add("pacing", f"{label}: drain rate ÷ the key's", rate / sizes.rps_key_limit, "x",
+                target=(">=", RPS_OVER_KEY), baseline=float(sizes.rps_key_limit), baseline_name="the key's rate")
+
+
+def _live_calls(env: BenchEnv, sizes: Sizes, seconds: float) -> list[tuple[int, float]]:
+    stop = threading.Event()
+    threading.Timer(seconds, stop.set).start()
+    return _live_until(env, sizes, stop)
+
+
+def _live_until(env: BenchEnv, sizes: Sizes, stop: threading.Event) -> list[tuple[int, float]]:
+    """Live calls of the paced policy at PACED_LIVE_PER_MIN until STOP: (status, seconds) of each."""
+    target = (f"{env.api_url}/v1/chat/completions", env.keys["paced"])
+    body = json.dumps(item_body(0)).encode()
+    every = 60.0 / sizes.paced_live_per_min
+    found: list[tuple[int, float]] = []
+    with requests.Session() as session:
+        post(session, (f"{env.api_url}/v1/chat/completions", env.keys["fast"]), body)  # warm the connection
+        due = time.monotonic()
+        while not stop.is_set():
+            status = [0]
+
+            def call() -> None:
+                res = session.post(target[0], data=body, timeout=60, headers={
+                    "Authorization": f"Bearer {target[1]}", "content-type": "application/json"})
+                status[0] = res.status_code
+
+            took = timed(call)
+            found.append((status[0], took))
+            due += every
+            stop.wait(max(0.0, due - time.monotonic()))
+    return found
