@@ -17,7 +17,7 @@ import time
 import requests
 
 from bench.env import BenchEnv, batch_body, item_body
-from bench.live import p99, post, timed
+from bench.live import p99, post
 from bench.report import Results
 from bench.sizes import Sizes
 
@@ -68,7 +68,7 @@ def _paced(env: BenchEnv, sizes: Sizes, results: Results) -> None:
                 sum(1 for status, _ in during if status == 429), "", target=("<=", 0))
     base = [t for status, t in baseline if status == 200]
     if times and base:
-        results.add("pacing", f"{label}: live p99 with the batch − without", (p99(times) - p99(base)) * 1000, "ms",
+        results.add("pacing", f"{label}: live p99 with the batch minus without", (p99(times) - p99(base)) * 1000, "ms",
                     target=("<=", P99_WITHIN_MS), baseline=p99(base) * 1000, baseline_name="live p99 with no batch")
 
 
@@ -105,16 +105,11 @@ def _live_until(env: BenchEnv, sizes: Sizes, stop: threading.Event) -> list[tupl
     with requests.Session() as session:
         post(session, (f"{env.api_url}/v1/chat/completions", env.keys["fast"]), body)  # warm the connection
         due = time.monotonic()
+        headers = {"Authorization": f"Bearer {target[1]}", "content-type": "application/json"}
         while not stop.is_set():
-            status = [0]
-
-            def call() -> None:
-                res = session.post(target[0], data=body, timeout=60, headers={
-                    "Authorization": f"Bearer {target[1]}", "content-type": "application/json"})
-                status[0] = res.status_code
-
-            took = timed(call)
-            found.append((status[0], took))
+            started = time.perf_counter()
+            status = session.post(target[0], data=body, timeout=60, headers=headers).status_code
+            found.append((status, time.perf_counter() - started))
             due += every
             stop.wait(max(0.0, due - time.monotonic()))
     return found
