@@ -93,19 +93,17 @@ class Lease:
 
     def remaining_requests(self) -> int | None:
         """Requests of the window not yet granted to anyone, for this consumer (None: no request limit)."""
-        if self.limit.requests is None:
-            return None
-        left = self.limit.requests - self.window_requests
-        if self.batch:
-            left = min(left, math.floor(self.limit.requests * self.fraction) - self.window_batch_requests)
-        return max(0, left)
+        return self._remaining(self.limit.requests, self.window_requests, self.window_batch_requests)
 
     def remaining_tokens(self) -> int | None:
-        if self.limit.tokens is None:
+        return self._remaining(self.limit.tokens, self.window_tokens, self.window_batch_tokens)
+
+    def _remaining(self, limit: int | None, granted: int, granted_to_batches: int) -> int | None:
+        if limit is None:
             return None
-        left = self.limit.tokens - self.window_tokens
+        left = limit - granted
         if self.batch:
-            left = min(left, math.floor(self.limit.tokens * self.fraction) - self.window_batch_tokens)
+            left = min(left, math.floor(limit * self.fraction) - granted_to_batches)
         return max(0, left)
 
 
