@@ -13,7 +13,7 @@ from actors.broker import get_broker
 from app.batches import outcomes
 from app.batches.dispatch import ITEM_ACTOR, MAX_GROUP
 from app.batches.finals import finalize_by_key
-from app.batches.runner import run_items
+from app.batches.messages import run_items
 from app.settings import Settings
 
 log = logging.getLogger("relay.actors.batch_items")

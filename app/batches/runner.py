@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,8 +29,7 @@ from app.batches.finals import final_of, finalize_now, item_event
 from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
 from app.db import autocommit
-from app.errors import RateLimited, RelayError
-from app.observability.logs import log_context
+from app.errors import RelayError
 from app.observability.metrics import observe_item
 from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
@@ -65,6 +64,9 @@ class WorkerContext:
     cancelled: set[UUID] = field(default_factory=set)  # batches this process heard cancelled (paced waits stop)
     waiting: int = 0  # items of paced batches waiting here for their rate limits' budget
     _batches: dict[UUID, dict[str, Any] | None] = field(default_factory=dict)
+    _local: threading.local = field(default_factory=threading.local)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads_seen: int = 0
 
     @classmethod
     def create(cls, runtime: Runtime, worker_id: str, *, payloads: PayloadStore | None = None,
@@ -73,8 +75,19 @@ class WorkerContext:
         from app.batches.service import payload_store
 
         payloads = payloads or payload_store(runtime)
-        writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced)
+        writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced,
+                             then_claim=lambda conn, keys: store.claim_items(conn, keys, worker_id, worker_id))
         return cls(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
+
+    def thread_counter(self) -> str:
+        """The batch_progress row this thread's claims count in: one per thread, so that claims (each holding its
+        row until its commit is flushed) never queue on each other; the group writer counts in the process's."""
+        name = getattr(self._local, "counter", None)
+        if name is None:
+            with self._lock:
+                self._threads_seen += 1
+                name = self._local.counter = f"{self.worker_id}#{self._threads_seen}"
+        return name  # type: ignore[no-any-return]
 
     def batch_info(self, batch_id: UUID) -> dict[str, Any] | None:
         """A batch's policy id and deadline (read once per batch: they never change), None if it is gone."""
@@ -114,57 +127,25 @@ class _Ending:
     response: tuple[str, int, int] | None = None
 
 
-def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[int]:
-    """Run the items of one message, each after the previous one's final state committed (so a killed worker
-    leaves at most one item per thread running); returns those not started because the worker is stopping.
-    An item of a paced policy first waits for its admission to the rate limits (before its claim)."""
-    for n, idx in enumerate(idxs):
-        if ctx.stopping.is_set() and n:
-            return list(idxs[n:])
-        with log_context(batch_id=str(batch_id), idx=idx):
-            admitted = paced_admission(ctx, batch_id)
-            if admitted is STOPPING:
-                return list(idxs[n:])
-            run_item(ctx, batch_id, idx, admitted)
-    return []
+@dataclass(frozen=True)
+class Claimed:
+    """An item claimed already (with its predecessor's final state), registered here with its interrupter."""
+
+    idx: int
+    row: dict[str, Any]
+    interrupter: Interrupter
+    admitted: Reservation | None = None
 
 
-STOPPING = object()  # paced_admission: the worker is stopping, the item goes back to the queue
-PACED_WAIT_STEP_S = 1.0  # a paced item waiting for budget looks again at least this often
+Then = Callable[[], "tuple[int, Future[Any]] | None"]  # asked once the item ran: the next item to claim with it
 
 
-def paced_admission(ctx: WorkerContext, batch_id: UUID) -> Any:
-    """For a batch of a paced policy: wait until its rate limits admit one more batch item (the admission, a
-    Reservation), however long that takes; STOPPING if the worker stops meanwhile. None for other batches, and
-    when the batch was cancelled or passed its deadline (its claim then settles the item)."""
-    info = ctx.batch_info(batch_id)
-    if info is None:
-        return None
-    policy = get_policy(ctx.runtime, info["policy_id"])
-    if policy is None or not policy.batch_pace or not policy.rate_limits or not policy.enabled:
-        return None
-    limiter, expires = get_limiter(ctx.runtime), info["expires_at"]
-    while not ctx.stopping.is_set():
-        if batch_id in ctx.cancelled or (expires is not None and expires.timestamp() <= time.time()):
-            return None
-        try:
-            return limiter.admit(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
-        except RateLimited as exc:
-            wait = getattr(exc, "retry_at", time.time() + PACED_WAIT_STEP_S) - time.time()
-        except LimiterUnavailable:
-            wait = PACED_WAIT_STEP_S
-        ctx.waiting += 1
-        try:
-            ctx.stopping.wait(min(max(0.02, wait), PACED_WAIT_STEP_S))
-        finally:
-            ctx.waiting -= 1
-    return STOPPING
-
-
-def run_item(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None = None) -> str:
+def run_item(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None = None,
+             *, claimed: Claimed | None = None, then: Then | None = None) -> str:
     """Run item IDX of BATCH_ID once and wait for its final state to commit; the state (or why nothing ran).
-    ADMITTED: the item's admission to the rate limits, taken before its claim (paced policies)."""
-    state, future = _run_one(ctx, batch_id, idx, admitted)
+    ADMITTED: the item's admission to the rate limits, taken before its claim (paced policies). CLAIMED: the item
+    was claimed already. THEN: what to claim in the final state's transaction (app/batches/messages.py)."""
+    state, future = _run_one(ctx, batch_id, idx, admitted, claimed, then)
     if future is None:
         return state
     try:
@@ -174,20 +155,26 @@ def run_item(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
         return "unknown"
 
 
-def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int,
-             admitted: Reservation | None = None) -> tuple[str, Future[str | None] | None]:
+def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None = None,
+             claimed: Claimed | None = None, then: Then | None = None) -> tuple[str, Future[str | None] | None]:
     """Run item IDX of BATCH_ID once; its final state and the future of its commit (None when nothing ran here).
 
     The item is registered before the claim, so a cancel committed right after the claim finds it here.
     """
-    key, interrupter = (batch_id, idx), Interrupter()
-    if not ctx.registry.add(key, interrupter):
-        return "duplicate", None  # the same item is running on this worker
+    key = (batch_id, idx)
+    if claimed is not None:
+        row, interrupter, admitted = claimed.row, claimed.interrupter, claimed.admitted
+    else:
+        interrupter = Interrupter()
+        if not ctx.registry.add(key, interrupter):
+            return "duplicate", None  # the same item is running on this worker
     try:
-        row, retried = _claim(ctx, batch_id, idx)
-        if row is None:
-            get_limiter(ctx.runtime).give_back(admitted)
-            return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried), None
+        if claimed is None:
+            found, retried = _claim(ctx, batch_id, idx)
+            if found is None:
+                get_limiter(ctx.runtime).give_back(admitted)
+                return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried), None
+            row = found
         item = _claimed(row, idx)
         deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
         ctx.registry.set_deadline(key, deadline)
@@ -202,7 +189,7 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int,
     took = time.time() - item.started
     observe_item(ending.outcome.state, took)
     ctx.item_seconds = took if not ctx.item_seconds else 0.9 * ctx.item_seconds + 0.1 * took
-    future = ctx.writer.finalize(_final(item, ending, ctx.worker_id))
+    future = ctx.writer.finalize(_final(item, ending, ctx.worker_id, then() if then is not None else None))
     ctx.on_finalized()
     return ending.outcome.state, future
 
@@ -218,7 +205,7 @@ def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any]
     for delay in (*CLAIM_RETRIES_S, None):
         try:
             with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
-                row = store.claim_item(conn, batch_id, idx, ctx.worker_id)
+                row = store.claim_item(conn, batch_id, idx, ctx.worker_id, counter=ctx.thread_counter())
                 if row is None and retried:
                     row = store.own_unseen_claim(conn, batch_id, idx, ctx.worker_id, time.monotonic() - first + 1)
                 return row, retried
@@ -313,7 +300,8 @@ def _stopped(interrupter: Interrupter) -> Outcome | None:
     return outcomes.interrupted(interrupter.reason) if interrupter.reason else None
 
 
-def _final(item: ClaimedItem, ending: _Ending, worker_id: str) -> ItemFinal:
+def _final(item: ClaimedItem, ending: _Ending, worker_id: str,
+           then: tuple[int, Future[Any]] | None = None) -> ItemFinal:
     """The item's final state with its one usage record: the pipeline's when the call reached it (carrying the
     outcome's status and code when they differ), else an event with no tokens."""
     outcome, record = ending.outcome, ending.record
@@ -323,7 +311,7 @@ def _final(item: ClaimedItem, ending: _Ending, worker_id: str) -> ItemFinal:
     elif outcome.state != "completed" and record.event.error_code is None:
         record.event.status, record.event.error_code = outcome.status, outcome.error_code
     return ItemFinal(item.batch_id, item.idx, outcome.state, outcome.error, outcome.error_code, record,
-                     worker_id=worker_id, response=ending.response)
+                     worker_id=worker_id, response=ending.response, then=then)
 
 
 def unsynced(final: ItemFinal, exc: Exception) -> ItemFinal:

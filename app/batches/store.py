@@ -167,10 +167,36 @@ SELECT * FROM claimed
 
 
 def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None) -> Row | None:
-    """queued → running for WORKER_ID unless the batch is cancelled (counted in COUNTER's progress row, by default
-    the worker's own); the batch row (+ item model) or None."""
+    """queued → running for WORKER_ID unless the batch is cancelled or past its deadline (counted in COUNTER's
+    progress row, by default the worker's own; rows of one batch are only ever summed, so a claim may count in one
+    row and the final state in another); the batch row (+ item model) or None."""
     return conn.execute(_CLAIM, {"worker": worker_id, "batch_id": batch_id, "idx": idx,  # type: ignore[no-any-return]
                                  "counter": worker_id if counter is None else counter}).fetchone()
+
+
+_CLAIM_MANY = """
+WITH wanted AS (SELECT * FROM unnest(%(batch_ids)s::uuid[], %(idxs)s::int[]) AS w(batch_id, idx)),
+claimed AS (
+    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b, wanted w
+    WHERE i.batch_id = w.batch_id AND i.idx = w.idx AND i.state = 'queued' AND b.id = i.batch_id
+      AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
+    RETURNING i.idx, b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
+              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
+), counted AS (
+    INSERT INTO batch_progress AS p (batch_id, counter, running) SELECT id, %(counter)s, count(*) FROM claimed
+    GROUP BY id ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running
+)
+SELECT * FROM claimed
+"""
+
+
+def claim_items(conn: Conn, keys: Sequence[tuple[UUID, int]], worker_id: str, counter: str) -> dict[tuple[UUID, int],
+                                                                                                   Row]:
+    """claim_item for several items at once (the next items of messages, claimed with their predecessors' final
+    states): the claimed ones' rows by (batch id, idx)."""
+    rows = conn.execute(_CLAIM_MANY, {"batch_ids": [k[0] for k in keys], "idxs": [k[1] for k in keys],
+                                      "worker": worker_id, "counter": counter}).fetchall()
+    return {(row["id"], row["idx"]): row for row in rows}
 
 
 def own_unseen_claim(conn: Conn, batch_id: UUID, idx: int, worker_id: str, within_s: float) -> Row | None:

@@ -116,6 +116,21 @@ class RateLimiter:
                         lease.waiters -= 1
                 waited = True
 
+    def admit_now(self, limits: Sequence[RateLimit], *, batch: bool = False, share: float = 1.0,
+                  paced: bool = False) -> Reservation | None:
+        """An admission if every lease has room now; None otherwise, without waiting (the leases that lack room
+        take their next slice meanwhile, unless their window was refused lately)."""
+        with self._cond:
+            now = self._clock()
+            leases = [self._lease(limit, now, batch, share, paced) for limit in limits]
+            short = [lease for lease in leases if not lease.can_admit()]
+            if not short:
+                return self._take(leases, now)
+            for lease in short:
+                if self._mono() - lease.refused_at >= REFUSED_RECHECK_S:
+                    self._schedule(lease)
+            return None
+
     def settle(self, reservation: Reservation | None, tokens: int) -> None:
         """The call admitted by RESERVATION used TOKENS: correct the estimate taken from each token lease."""
         if reservation is None:

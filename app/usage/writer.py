@@ -57,6 +57,7 @@ class ItemFinal:
     from_state: str = "running"
     worker_id: str | None = None
     response: tuple[str, int, int] | None = None
+    then: tuple[int, Future[Any]] | None = None  # the next item to claim in the same transaction, and its result
 
     @property
     def key(self) -> ItemKey:
@@ -139,13 +140,22 @@ class _Pending:
     records: list[UsageRecord] = field(default_factory=list)
 
 
+# Claims the next items of finals that moved, in their transaction: (batch id, idx) of each → what the claim gave.
+ThenClaim = Callable[[psycopg.Connection[Any], Sequence[tuple[UUID, int]]], dict[ItemKey, Any]]
+
+
 class GroupWriter:
-    """A daemon thread committing what threads submit in groups: one transaction for everything pending."""
+    """A daemon thread committing what threads submit in groups: one transaction for everything pending.
+
+    A final may name the next item of its message (`then`): THEN_CLAIM claims those in the same transaction, so
+    a worker thread's next item costs no statement of its own, and is claimed only once the previous one's
+    final state is committed (a killed worker still leaves at most one item per thread running)."""
 
     def __init__(self, pool: ConnectionPool, *, counter: str = "", before_commit: Callable[[], None] | None = None,
                  unsynced: Callable[[ItemFinal, Exception], ItemFinal] | None = None, max_group: int = 500,
-                 name: str = "relay-usage-writer") -> None:
+                 name: str = "relay-usage-writer", then_claim: ThenClaim | None = None) -> None:
         self.pool = pool
+        self._then_claim = then_claim
         self._unsynced = unsynced  # what a final with a response becomes when before_commit failed
         self.counter = counter  # the batch_progress row this process counts in (no lock contention between them)
         self._before_commit = before_commit
@@ -220,7 +230,10 @@ class GroupWriter:
                 finals = self._synced(finals)
                 with self.pool.connection() as conn, conn.transaction():
                     done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter)
+                    claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
                 for final, future in finals:
+                    if final.then is not None:
+                        final.then[1].set_result(claimed.get((final.batch_id, final.then[0])))
                     future.set_result(final.state if final.key in done else None)
                 return
             except psycopg.OperationalError as exc:
@@ -238,10 +251,18 @@ class GroupWriter:
                     return
                 log.exception("usage writer: cannot commit a record")
                 break
-        for _, future in finals:
+        for final, future in finals:
+            if final.then is not None:
+                final.then[1].set_result(None)
             future.set_exception(RuntimeError("the item's final state could not be committed"))
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))
+
+    def _claim_next(self, conn: psycopg.Connection[Any], moved: list[ItemFinal]) -> dict[ItemKey, Any]:
+        wanted = [(f.batch_id, f.then[0]) for f in moved if f.then is not None]
+        if not wanted or self._then_claim is None:
+            return {}
+        return self._then_claim(conn, wanted)
 
     def _synced(self, finals: list[tuple[ItemFinal, Future[str | None]]]) -> list[tuple[ItemFinal, Future[str | None]]]:
         """Run before_commit (the payload store's sync); if it fails, the finals whose response it should have made

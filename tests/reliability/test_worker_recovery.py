@@ -39,13 +39,13 @@ def _drop_connection_once(monkeypatch: pytest.MonkeyPatch, *, after_commit: bool
     real = store.claim_item
     calls: list[int] = []
 
-    def claim(conn: Any, batch_id: UUID, idx: int, worker_id: str) -> Any:
+    def claim(conn: Any, batch_id: UUID, idx: int, worker_id: str, **options: Any) -> Any:
         calls.append(idx)
         if len(calls) == 1:
             if after_commit:
-                real(conn, batch_id, idx, worker_id)  # autocommit: the claim is committed, the answer is lost
+                real(conn, batch_id, idx, worker_id, **options)  # autocommit: committed, the answer is lost
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return real(conn, batch_id, idx, worker_id)
+        return real(conn, batch_id, idx, worker_id, **options)
 
     monkeypatch.setattr(store, "claim_item", claim)
     return calls
@@ -99,7 +99,7 @@ def test_a_claim_that_keeps_failing_raises_and_leaves_the_item_queued(shared: St
     key = shared.new_key("kill")
     batch_id = shared.submit(key, "claim-down", 1)
 
-    def down(*args: Any) -> Any:
+    def down(*args: Any, **options: Any) -> Any:
         raise psycopg.OperationalError("connection refused")
 
     monkeypatch.setattr(store, "claim_item", down)

@@ -1,0 +1,128 @@
+"""The items of one message, run one after another on the thread that took it (app/batches/runner.py runs each).
+
+Each next item is claimed in the same transaction that commits the previous one's final state (the group
+writer's `then`), so a message of N items costs one claim statement, not N, and an item is still claimed only
+once its predecessor is final: a killed worker leaves at most one item per thread running. A stopping worker
+claims nothing more and hands the rest back. An item of a paced policy first waits for its admission to the
+rate limits, before its claim; the next one is claimed with its predecessor only when its admission is there at
+once (else it waits like a first item).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+from uuid import UUID
+
+from app.auth import get_policy
+from app.batches.runner import Claimed, WorkerContext, run_item
+from app.catalog.model import Policy
+from app.errors import RateLimited
+from app.observability.logs import log_context
+from app.pipeline.interrupt import Interrupter
+from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
+
+STOPPING = object()  # paced_admission: the worker is stopping, the item goes back to the queue
+NOT_NOW = object()  # a paced item whose budget is not there at once
+PACED_WAIT_STEP_S = 1.0  # a paced item waiting for budget looks again at least this often
+THEN_WAIT_S = 5.0  # how long the claim of the next item may take once its predecessor's final state is committed
+
+
+def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[int]:
+    """Run the items of one message; returns those not started because the worker is stopping."""
+    carried: Claimed | None = None
+    for n, idx in enumerate(idxs):
+        with log_context(batch_id=str(batch_id), idx=idx):
+            admitted: Any = None
+            if carried is None:
+                if ctx.stopping.is_set() and n:
+                    return list(idxs[n:])
+                admitted = paced_admission(ctx, batch_id)
+                if admitted is STOPPING:
+                    return list(idxs[n:])
+            following = idxs[n + 1] if n + 1 < len(idxs) else None
+            carried = _run_and_claim_next(ctx, batch_id, idx, admitted, carried, following)
+    return []
+
+
+def _run_and_claim_next(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None,
+                        claimed: Claimed | None, following: int | None) -> Claimed | None:
+    """Run IDX (claimed already, or not); claim FOLLOWING with its final state when it may: what was claimed."""
+    asked: list[tuple[int, Future[Any], Interrupter, Reservation | None]] = []
+
+    def then() -> tuple[int, Future[Any]] | None:
+        if following is None or ctx.stopping.is_set():
+            return None
+        next_admission = _admission_now(ctx, batch_id)
+        if next_admission is NOT_NOW:
+            return None
+        interrupter = Interrupter()
+        if not ctx.registry.add((batch_id, following), interrupter):
+            get_limiter(ctx.runtime).give_back(next_admission)
+            return None
+        future: Future[Any] = Future()
+        asked.append((following, future, interrupter, next_admission))
+        return following, future
+
+    run_item(ctx, batch_id, idx, admitted, claimed=claimed, then=then)
+    if not asked:
+        return None
+    next_idx, future, interrupter, next_admission = asked[0]
+    try:
+        row = future.result(THEN_WAIT_S)
+    except Exception:  # the commit did not say (it failed, or is late): the next item goes the usual way
+        row = None
+    if row is None:
+        ctx.registry.remove((batch_id, next_idx))
+        get_limiter(ctx.runtime).give_back(next_admission)
+        return None
+    return Claimed(next_idx, row, interrupter, next_admission)
+
+
+def paced_admission(ctx: WorkerContext, batch_id: UUID) -> Any:
+    """For a batch of a paced policy: wait until its rate limits admit one more batch item (the admission, a
+    Reservation), however long that takes; STOPPING if the worker stops meanwhile. None for other batches, and
+    when the batch was cancelled or passed its deadline (its claim then settles the item)."""
+    policy, expires = _paced_policy(ctx, batch_id)
+    if policy is None:
+        return None
+    limiter = get_limiter(ctx.runtime)
+    while not ctx.stopping.is_set():
+        if batch_id in ctx.cancelled or (expires is not None and expires <= time.time()):
+            return None
+        try:
+            return limiter.admit(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
+        except RateLimited as exc:
+            wait = getattr(exc, "retry_at", time.time() + PACED_WAIT_STEP_S) - time.time()
+        except LimiterUnavailable:
+            wait = PACED_WAIT_STEP_S
+        ctx.waiting += 1
+        try:
+            ctx.stopping.wait(min(max(0.02, wait), PACED_WAIT_STEP_S))
+        finally:
+            ctx.waiting -= 1
+    return STOPPING
+
+
+def _admission_now(ctx: WorkerContext, batch_id: UUID) -> Any:
+    """The admission of a paced batch's next item if its budget is there at once (None for other batches),
+    NOT_NOW otherwise."""
+    policy, _ = _paced_policy(ctx, batch_id)
+    if policy is None:
+        return None
+    found = get_limiter(ctx.runtime).admit_now(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
+    return NOT_NOW if found is None else found
+
+
+def _paced_policy(ctx: WorkerContext, batch_id: UUID) -> tuple[Policy | None, float | None]:
+    """The batch's policy when it is paced (None otherwise), and the batch's deadline (epoch seconds)."""
+    info = ctx.batch_info(batch_id)
+    if info is None:
+        return None, None
+    policy = get_policy(ctx.runtime, info["policy_id"])
+    if policy is None or not policy.batch_pace or not policy.rate_limits or not policy.enabled:
+        return None, None
+    expires = info["expires_at"]
+    return policy, expires.timestamp() if expires is not None else None

@@ -1,0 +1,76 @@
+"""The items of one message run one after another on one thread, each next one claimed in the transaction that
+commits its predecessor's final state: one claim statement a message, and still never two items of a thread
+running at once; a stopping worker claims nothing more, a cancel between items stops the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+
+from app.batches import store
+from app.batches.messages import run_items
+from app.batches.runner import WorkerContext
+from tests.batches.helpers import CHAT, submit, usage_events
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def ctx(runtime) -> Iterator[WorkerContext]:  # type: ignore[no-untyped-def]
+    context = WorkerContext.create(runtime, f"in-process-{uuid4()}")
+    yield context
+    context.writer.close()
+
+
+@pytest.fixture()
+def claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the claim statements of single items (the first of a message)."""
+    real, seen = store.claim_item, []
+
+    def counted(conn: Any, batch_id: UUID, idx: int, worker_id: str, **options: Any) -> Any:
+        seen.append(idx)
+        return real(conn, batch_id, idx, worker_id, **options)
+
+    monkeypatch.setattr(store, "claim_item", counted)
+    return seen
+
+
+def _items(runtime: Any, batch_id: str) -> list[dict[str, Any]]:
+    with runtime.pool.connection() as conn:
+        return conn.execute("SELECT idx, state, worker_id, started_at, finished_at FROM batch_items"
+                            " WHERE batch_id = %s ORDER BY idx", (batch_id,)).fetchall()
+
+
+def test_a_message_of_eight_items_runs_them_in_order_with_one_claim_statement(
+        client, key, runtime, ctx, claims, upstream) -> None:
+    batch_id = submit(client, key, [CHAT] * 8).json["id"]
+    assert run_items(ctx, UUID(batch_id), list(range(8))) == []
+    items = _items(runtime, batch_id)
+    assert [i["state"] for i in items] == ["completed"] * 8
+    assert claims == [0]  # the other seven were claimed with their predecessors' final states
+    for before, after in zip(items, items[1:]):
+        assert after["started_at"] >= before["finished_at"]  # never two of the thread's items running at once
+    assert len(usage_events(runtime, batch_id)) == 8
+
+
+def test_a_stopping_worker_claims_nothing_more_and_hands_back_the_rest(client, key, runtime, ctx,
+                                                                        upstream) -> None:
+    batch_id = submit(client, key, [CHAT] * 5).json["id"]
+    ctx.stopping.set()  # asked to stop as the message arrives: the item taken runs, the rest go back
+    assert run_items(ctx, UUID(batch_id), list(range(5))) == [1, 2, 3, 4]
+    assert [i["state"] for i in _items(runtime, batch_id)] == ["completed"] + ["queued"] * 4
+    client.post(f"/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"})
+
+
+def test_a_cancel_between_two_items_of_a_message_stops_the_rest(client, key, runtime, ctx, upstream) -> None:
+    batch_id = submit(client, key, [CHAT] * 4).json["id"]
+    cancel = lambda: client.post(f"/v1/batches/{batch_id}/cancel",  # noqa: E731
+                                 headers={"Authorization": f"Bearer {key}"})
+    ctx.finished.append(lambda: ctx.finished.clear() or cancel())
+    assert run_items(ctx, UUID(batch_id), list(range(4))) == []
+    states = [i["state"] for i in _items(runtime, batch_id)]
+    assert states[0] == "completed" and set(states[1:]) == {"cancelled"}
+    assert len(usage_events(runtime, batch_id)) == 4
