@@ -4,6 +4,7 @@ running at once; a stopping worker claims nothing more, a cancel between items s
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID, uuid4
@@ -51,7 +52,7 @@ def test_a_message_of_eight_items_runs_them_in_order_with_one_claim_statement(
     items = _items(runtime, batch_id)
     assert [i["state"] for i in items] == ["completed"] * 8
     assert claims == [0]  # the other seven were claimed with their predecessors' final states
-    for before, after in zip(items, items[1:]):
+    for before, after in itertools.pairwise(items):
         assert after["started_at"] >= before["finished_at"]  # never two of the thread's items running at once
     assert len(usage_events(runtime, batch_id)) == 8
 
@@ -72,5 +73,7 @@ def test_a_cancel_between_two_items_of_a_message_stops_the_rest(client, key, run
     ctx.finished.append(lambda: ctx.finished.clear() or cancel())
     assert run_items(ctx, UUID(batch_id), list(range(4))) == []
     states = [i["state"] for i in _items(runtime, batch_id)]
-    assert states[0] == "completed" and set(states[1:]) == {"cancelled"}
+    # item 1 may have been claimed with item 0's final state just before the cancel (a worker's listener would
+    # stop it; none runs in this process): the items after it never start.
+    assert states[0] == "completed" and states[1] in ("completed", "cancelled") and states[2:] == ["cancelled"] * 2
     assert len(usage_events(runtime, batch_id)) == 4
