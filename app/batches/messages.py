@@ -27,6 +27,7 @@ from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
 STOPPING = object()  # paced_admission: the worker is stopping, the item goes back to the queue
 NOT_NOW = object()  # a paced item whose budget is not there at once
 PACED_WAIT_STEP_S = 1.0  # a paced item waiting for budget looks again at least this often
+PACED_HOLD_S = 60.0  # then its message goes back to the queue (a message held for long trips the broker's timeout)
 THEN_WAIT_S = 5.0  # how long the claim of the next item may take once its predecessor's final state is committed
 
 
@@ -83,13 +84,14 @@ def _run_and_claim_next(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: 
 
 def paced_admission(ctx: WorkerContext, batch_id: UUID) -> Any:
     """For a batch of a paced policy: wait until its rate limits admit one more batch item (the admission, a
-    Reservation), however long that takes; STOPPING if the worker stops meanwhile. None for other batches, and
-    when the batch was cancelled or passed its deadline (its claim then settles the item)."""
+    Reservation); STOPPING if the worker stops meanwhile or PACED_HOLD_S passed (the message goes back to the
+    queue and comes again). None for other batches, and when the batch was cancelled or passed its deadline (its
+    claim then settles the item)."""
     policy, expires = _paced_policy(ctx, batch_id)
     if policy is None:
         return None
-    limiter = get_limiter(ctx.runtime)
-    while not ctx.stopping.is_set():
+    limiter, give_up = get_limiter(ctx.runtime), time.monotonic() + PACED_HOLD_S
+    while not ctx.stopping.is_set() and time.monotonic() < give_up:
         if batch_id in ctx.cancelled or (expires is not None and expires <= time.time()):
             return None
         try:
