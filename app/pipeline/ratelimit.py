@@ -302,7 +302,7 @@ class RateLimiter:
                 if not lease.pending:
                     del self._leases[key]
             elif (mono - lease.last_admit > IDLE_RETURN_S and not lease.pending and not lease.waiters
-                  and (lease.requests > 0 or lease.tokens != 0)):
+                  and (lease.requests > 0 or lease.tokens > 0 or lease.tokens < 0)):
                 self._returning.add(key)
                 self._schedule(lease)
 
