@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from schemas.durations import DurationError, parse_duration
@@ -25,6 +27,32 @@ def _completion_window(value: str) -> None:
         raise ValidationError("must be from 1s to 366d")
 
 
+MAX_COST_LIMIT = 1e9  # dollars: a cap above this is refused (it would not fit the nano-dollar column's range)
+MIN_COST = 1e-9  # one nano-dollar, the unit costs are recorded in
+
+
+class JsonNumber(fields.Float):
+    """A JSON number (an integer or a float; never a string or a boolean), finite."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+def max_cost_field(description: str, *, absent_is_none: bool = True) -> JsonNumber:
+    """`max_cost`: a spend cap in the pricing's currency (dollars), or null for none (also when absent, unless
+    ABSENT_IS_NONE is false: then an absent member stays absent)."""
+    extra: dict[str, Any] = {"load_default": None} if absent_is_none else {}
+    return JsonNumber(allow_none=True, allow_nan=False, validate=validate.Range(min=MIN_COST, max=MAX_COST_LIMIT),
+                      metadata={"description": description}, **extra)
+
+
+MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9, at most 1e9): once the recorded "
+                 "cost of the batch's items reaches it, items not started yet end `discarded` with "
+                 "`budget_exceeded` (running ones finish). Every binding of the models the items name must be priced")
+
+
 class BatchEnvelopeSchema(Schema):
     """The members of a submit body other than `requests` (whose items the shape adapters validate)."""
 
@@ -37,6 +65,7 @@ class BatchEnvelopeSchema(Schema):
     completion_window = fields.String(load_default=None, validate=_completion_window, metadata={
         "description": "a deadline, e.g. `2h`: items not started this long after the submit end `discarded` with"
                        " the code `expired`"})
+    max_cost = max_cost_field(MAX_COST_HELP)
 
 
 class BatchSubmitSchema(BatchEnvelopeSchema):
@@ -96,6 +125,10 @@ class BatchResultsArgs(Schema):
         unknown = RAISE
 
     format = fields.String(validate=validate.OneOf(("json", "jsonl")), load_default=None)
+    merged = fields.Boolean(load_default=False, metadata={"description": (
+        "the merged results of the batch's re-run chain (the same on the original and on each re-run): one entry "
+        "per item of the original batch, `idx` being its idx there, each the latest attempt of that item (from the "
+        "newest batch of the chain that holds it, whatever its state), with `batch_id`, `batch_idx` and `attempts`")})
 
 
 class CountsSchema(Schema):
@@ -108,6 +141,8 @@ class CountsSchema(Schema):
 
 class BatchItemSchema(Schema):
     idx = fields.Integer()
+    source_idx = fields.Integer(allow_none=True, metadata={
+        "description": "a re-run's item: its idx in the chain's original batch (`original_id`); null otherwise"})
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     model = fields.String(allow_none=True)
     error = fields.String(allow_none=True)
@@ -140,6 +175,11 @@ class BatchSummarySchema(Schema):
     expires_at = fields.DateTime(allow_none=True, metadata={
         "description": "items not started by then end discarded `expired` (cancelled `batch_expired` for batches"
                        " of the provider APIs)"})
+    max_cost = fields.Float(allow_none=True, metadata={
+        "description": "the batch's spend cap in dollars (rounded down to a nano-dollar); null: none"})
+    rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
+    original_id = fields.UUID(allow_none=True, metadata={
+        "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})
 
 
 class PacingSchema(Schema):
@@ -156,9 +196,13 @@ class PacingSchema(Schema):
 
 
 class BatchSchema(BatchSummarySchema):
-    """A batch with its counts per item state and one page of items."""
+    """A batch with its counts per item state, its recorded cost and one page of items."""
 
     counts = fields.Nested(CountsSchema)
+    cost_usd = fields.String(metadata={
+        "description": "the recorded cost of its final items in dollars, an exact decimal (`\"0.000001234\"`), "
+                       "summed as they end; items on unpriced bindings add nothing (their usage events have a null "
+                       "cost)"})
     items = fields.List(fields.Nested(BatchItemSchema))
     items_next_after = fields.Integer(allow_none=True,
                                       metadata={"description": "pass as `after` for the next page; null at the end"})
@@ -184,6 +228,10 @@ class BatchResultSchema(Schema):
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     response = fields.Raw(metadata={"description": "the upstream's body, completed items only"})
     error = fields.String(metadata={"description": "discarded and cancelled items"})
+    batch_id = fields.UUID(metadata={
+        "description": "merged results: the batch of the chain holding the latest attempt"})
+    batch_idx = fields.Integer(metadata={"description": "merged results: the latest attempt's idx in that batch"})
+    attempts = fields.Integer(metadata={"description": "merged results: how many batches of the chain hold the item"})
 
 
 class BatchResultsSchema(Schema):
@@ -196,3 +244,23 @@ class BatchDeletedSchema(Schema):
     id = fields.UUID(required=True)
     object = fields.String(required=True, metadata={"example": "batch"})
     deleted = fields.Boolean(required=True)
+
+
+RERUN_CODE = validate.Regexp(r"^[a-z0-9_]{1,64}$", error="must be an error code (lowercase letters, digits and _)")
+
+
+class BatchRerunSchema(Schema):
+    """`POST /v1/batches/{id}/rerun` body (optional: an empty body re-runs every discarded item)."""
+
+    class Meta:
+        unknown = RAISE
+
+    codes = fields.List(fields.String(validate=RERUN_CODE), validate=validate.Length(min=1, max=100), metadata={
+        "description": "re-run the discarded or cancelled items whose error code is one of these (e.g. "
+                       "`rate_limited`, `all_keys_failed`, `budget_exceeded`, `batch_cancelled`) instead of every "
+                       "discarded item"})
+    metadata = fields.Dict(keys=fields.String(), allow_none=True, metadata={
+        "description": "the new batch's metadata (default: the source batch's; OpenAI batches: at most 16 string "
+                       "pairs)"})
+    max_cost = max_cost_field("the new batch's spend cap in dollars, null for none (default: the source batch's "
+                              "cap); as `max_cost` of a submit", absent_is_none=False)
