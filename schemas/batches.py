@@ -264,3 +264,59 @@ class BatchRerunSchema(Schema):
                        "pairs)"})
     max_cost = max_cost_field("the new batch's spend cap in dollars, null for none (default: the source batch's "
                               "cap); as `max_cost` of a submit", absent_is_none=False)
+
+
+class EstimateProblemSchema(Schema):
+    code = fields.String(metadata={"description": "the error code the items would be discarded with"})
+    message = fields.String()
+
+
+class EstimateBindingSchema(Schema):
+    host = fields.String()
+    adapter = fields.String()
+    upstream_model = fields.String()
+
+
+class EstimateModelSchema(Schema):
+    """One model's items in an estimate."""
+
+    model = fields.String(metadata={"description": "the name the items give"})
+    items = fields.Integer()
+    runs = fields.Boolean(metadata={"description": "false: the items would be discarded unrun (see `problem`)"})
+    problem = fields.Nested(EstimateProblemSchema, allow_none=True, metadata={
+        "description": "why the items would be discarded unrun today: model_not_found, model_not_allowed, "
+                       "no_binding, cross_shape_dispatch, policy_disabled, ..."})
+    binding = fields.Nested(EstimateBindingSchema, allow_none=True,
+                            metadata={"description": "where the items would run today under your policy"})
+    priced = fields.Boolean(metadata={"description": "whether that binding has pricing (else no cost bound)"})
+    max_output_tokens = fields.Integer(allow_none=True, metadata={
+        "description": "the model's default output limit from the catalog (items without one of their own)"})
+    items_without_output_limit = fields.Integer(metadata={
+        "description": "items with no output limit of their own and none from the model: their cost has no bound"})
+    input_tokens_max = fields.Integer(metadata={"description": "at most one token per request byte"})
+    output_tokens_max = fields.Integer(metadata={
+        "description": "the items' own limits (times `n`), else the model's `max_output_tokens`"})
+    cost_usd_max = fields.String(allow_none=True, metadata={
+        "description": "an upper bound of the items' cost in dollars, an exact decimal; null when unpriced or "
+                       "when an item has no output limit"})
+
+
+class BatchEstimateSchema(Schema):
+    """`POST /v1/batches/estimate`: what a submit of the same body would store and could cost (a body a submit
+    would refuse gets the submit's own error instead)."""
+
+    object = fields.Constant("batch.estimate")
+    valid = fields.Boolean(metadata={"description": "always true: a body a submit would refuse is answered with "
+                                                    "the submit's own 400/413 error"})
+    shape = fields.String(validate=validate.OneOf(SHAPES))
+    total = fields.Integer(metadata={"description": "items"})
+    models = fields.List(fields.Nested(EstimateModelSchema), metadata={"description": "by model name"})
+    input_tokens_max = fields.Integer()
+    output_tokens_max = fields.Integer()
+    cost_usd_max = fields.String(allow_none=True, metadata={
+        "description": "an upper bound of the batch's cost in dollars (exact decimal); null when a model that "
+                       "would run is unpriced or an item has no output limit"})
+    max_cost = fields.Float(allow_none=True, metadata={"description": "the body's `max_cost`, as it would be kept"})
+    within_max_cost = fields.Boolean(allow_none=True, metadata={
+        "description": "whether the cost bound stays within `max_cost` (false: the cap may stop the batch); null "
+                       "without a cap or a bound"})

@@ -20,6 +20,7 @@ from app.api.provider_common import answer
 from app.auth_model import Caller
 from app.batches import openai_view, service
 from app.batches.errors import BatchBodyTooLarge
+from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
 from app.batches.rerun import KEEP, rerun_batch
 from app.batches.views import openai_batch_id, parse_batch_id
@@ -27,6 +28,7 @@ from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
     BatchDeletedSchema,
+    BatchEstimateSchema,
     BatchFormatArgs,
     BatchItemsArgs,
     BatchListArgs,
@@ -59,13 +61,33 @@ def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
     broker. OpenAI's create (a body naming `input_file_id`) answers 200 with OpenAI's batch object."""
     caller = request_caller()
-    mimetype = request.mimetype or ""
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
-    raw = read_body(_runtime().settings.batch_max_bytes, _too_large)
+    raw = _batch_body()
     if openai_batches.is_create_body(raw):
         return openai_batches.create_answer(caller, raw)
     return service.submit_batch(_runtime(), caller, raw), 202
+
+
+def _batch_body() -> bytes | bytearray:
+    """A submit's body: JSON, at most RELAY_BATCH_MAX_BYTES."""
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
+    return read_body(_runtime().settings.batch_max_bytes, _too_large)
+
+
+@blp.route("/estimate", methods=["POST"])
+@blp.doc(summary="Estimate a batch before submitting it: the submit's checks, items per model, an upper bound of"
+                 " cost; nothing is stored or run",
+         description="The body is a submit's. A body a submit would refuse gets the submit's own answer (400"
+                     " `invalid_batch` listing every bad item, `invalid_json`, `max_cost_unpriced`; 413), so a 200"
+                     " means the submit would be accepted. See the README (Re-run, spend cap and estimate) for how the"
+                     " bound is computed and what it cannot cover.", security=SECURITY, requestBody={
+    "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
+@error_answers(blp, 400, 401, 413, 415, 503)
+@blp.response(200, BatchEstimateSchema)
+def estimate() -> ResponseReturnValue:
+    caller = request_caller()
+    return estimate_batch(_runtime(), caller, _batch_body())
 
 
 @blp.route("", methods=["GET"])

@@ -17,3 +17,7 @@ CREATE INDEX batch_items_source ON batch_items (batch_id, source_idx) WHERE sour
 -- The recorded cost of a batch's items, summed by the group commit beside the counts (each worker process in its
 -- own row), so the cap's check reads a few rows instead of every item.
 ALTER TABLE batch_progress ADD COLUMN cost_nanos bigint NOT NULL DEFAULT 0;
+
+-- The most output tokens a call of the model answers when its request sets no limit (its provider's default
+-- maximum): the batch estimate's output bound for such items. NULL: not known (their cost has no upper bound).
+ALTER TABLE models ADD COLUMN max_output_tokens integer CHECK (max_output_tokens > 0);

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, batch_catalog, submit, usage_events, wait_finished
+from tests.batches.extra_models import extra_models  # noqa: F401 (a fixture)
+from tests.batches.helpers import CHAT, submit, usage_events, wait_finished
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream", "extra_models")]
 
 TOKENS = 1000  # input and output tokens of every call (the fake upstream's usage control)
 ITEM_NANOS = TOKENS * 150 + TOKENS * 600  # at PRICED: $0.15 and $0.60 per million tokens, in nano-dollars
-IN_FLIGHT = 2 * 4  # the module's workers: 2 processes x 4 threads
-assert WORKER_SETTINGS  # the workers fixture of conftest runs this module's items
-
-
-@pytest.fixture(scope="module", autouse=True)
-def unpriced_model(admin, upstream, catalog) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    """The batch catalog plus a model whose only binding has no pricing (put back as it was afterwards)."""
-    doc = batch_catalog(upstream.url)
-    doc["models"].append({"name": "unpriced-chat", "bindings": [{"host": "openai", "adapter": "openai",
-                                                                "upstream_model": "free"}]})
-    assert admin("PUT", "/admin/catalog", json=doc).status_code == 200
-    yield
-    assert admin("PUT", "/admin/catalog", json=catalog).status_code == 200
+IN_FLIGHT = 2 * 4  # items run at once by the workers fixture of tests/batches/conftest.py: 2 processes x 4 threads
 
 
 def _priced_calls(upstream: Any, latency_ms: int = 60) -> None:
@@ -80,10 +68,14 @@ def test_a_bad_max_cost_is_a_400_naming_it(client, key, value, item) -> None:
     res = submit(client, key, [item], max_cost=value)
     assert res.status_code == 400 and res.json["error"]["code"] == "invalid_batch", res.get_data(as_text=True)
     assert [d["field"] for d in res.json["error"]["details"]] == ["max_cost"]
+    assert submit(client, key, [item], max_cost=0.5).status_code == 202  # the same body with a good cap
 
 
 def test_a_max_cost_out_of_a_doubles_range_is_invalid_json(client, key) -> None:
-    body = b'{"shape": "openai", "max_cost": 1e999, "requests": [{"model": "m", "messages": []}]}'
+    body = b'{"shape": "openai", "max_cost": 1e999, "requests": [%s]}' % json.dumps(CHAT).encode()
     res = client.post("/v1/batches", data=body, content_type="application/json",
                       headers={"Authorization": f"Bearer {key}"})
     assert res.status_code == 400 and res.json["error"]["code"] == "invalid_json"
+    good = client.post("/v1/batches", data=body.replace(b"1e999", b"1e2"), content_type="application/json",
+                       headers={"Authorization": f"Bearer {key}"})
+    assert good.status_code == 202 and good.json["max_cost"] == 100
