@@ -14,6 +14,7 @@ from tests.batches.helpers import CHAT, get, results, submit, wait_finished, wai
 from tests.batches.provider_helpers import jsonl, lines_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
+MESSAGE = {"model": "claude-sonnet", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]}
 
 
 def _auth(key: str) -> dict[str, str]:
@@ -177,3 +178,29 @@ def _wait_relay_view(client: Any, key: str, batch_id: str) -> dict[str, Any]:
 
 def _file(client: Any, key: str, batch_id: str, which: str) -> str:
     return str(client.get(f"/v1/batches/{batch_id}", headers=_auth(key)).json[which])
+
+
+def test_an_anthropic_batch_is_rerun_as_a_message_batch_keeping_its_custom_ids(client, key, upstream) -> None:
+    requests = [{"custom_id": f"m-{i}", "params": {**MESSAGE, "messages": [{"role": "user", "content": f"m {i}"}]}}
+                for i in range(3)]
+    requests.append({"custom_id": "lost", "params": {**MESSAGE, "model": "no-such-model"}})
+    created = client.post("/v1/messages/batches", json={"requests": requests}, headers=_auth(key)).json
+    original = _wait_relay_view(client, key, created["id"])
+    res = rerun(client, key, created["id"])
+    assert res.status_code == 202 and res.json["total"] == 1 and res.json["rerun_of"] == original["id"]
+    again = client.get(f"/v1/messages/batches/msgbatch_{UUID(res.json['id']).hex}", headers=_auth(key))
+    assert again.status_code == 200 and again.json["type"] == "message_batch"
+    wait_finished(client, key, res.json["id"])
+    lines = lines_of(client.get(f"/v1/messages/batches/msgbatch_{UUID(res.json['id']).hex}/results",
+                                headers=_auth(key)).get_data())
+    assert [(line["custom_id"], line["result"]["type"]) for line in lines] == [("lost", "errored")]
+
+
+def test_merged_results_outlive_a_deleted_original_with_the_attempts_left(client, key, upstream) -> None:
+    upstream.control("sk-batch-ok", mode="fail", fail_status=503, times=2)
+    original = wait_finished(client, key, _raw_submit(client, key, [_item_bytes(i) for i in range(5)]))
+    failed = sorted(i["idx"] for i in original["items"] if i["state"] == "discarded")
+    made = wait_finished(client, key, rerun(client, key, original["id"]).json["id"])
+    assert client.delete(f"/v1/batches/{original['id']}", headers=_auth(key)).status_code == 200
+    merged = get(client, key, f"/v1/batches/{made['id']}/results", merged="true").json["results"]
+    assert [(r["idx"], r["batch_id"], r["attempts"]) for r in merged] == [(idx, made["id"], 1) for idx in failed]
