@@ -301,6 +301,24 @@ class EstimateModelSchema(Schema):
                        "when an item has no output limit"})
 
 
+class EstimateTimingSchema(Schema):
+    """How the items that would run fare under your policy's rate limits today (the current windows, as granted so
+    far on every replica; assuming the batch has the policy's batch share to itself and the workers keep up)."""
+
+    policy_paced = fields.Boolean(metadata={"description": "whether your policy paces batches (`batch: {pace}`)"})
+    share = fields.Float(metadata={"description": "the policy's batch share of each rate limit"})
+    items = fields.Integer(metadata={"description": "the items that would run (not those discarded unrun)"})
+    limited = fields.Boolean(metadata={"description": "whether the policy has rate limits at all"})
+    items_per_minute = fields.Float(allow_none=True, metadata={
+        "description": "the long-run rate the limits allow batch items at the share (null: no limit bounds it)"})
+    paced_seconds = fields.Float(allow_none=True, metadata={
+        "description": "paced: seconds until the last item has started (0: all at once; null: never, a limit "
+                       "admits no batch item); token limits are counted at the items' token bound"})
+    unpaced_rate_limited_items = fields.Integer(metadata={
+        "description": "not paced: how many items the current windows would refuse (discarded `rate_limited`) if "
+                       "the workers started every item now"})
+
+
 class BatchEstimateSchema(Schema):
     """`POST /v1/batches/estimate`: what a submit of the same body would store and could cost (a body a submit
     would refuse gets the submit's own error instead)."""
@@ -317,6 +335,8 @@ class BatchEstimateSchema(Schema):
         "description": "an upper bound of the batch's cost in dollars (exact decimal); null when a model that "
                        "would run is unpriced or an item has no output limit"})
     max_cost = fields.Float(allow_none=True, metadata={"description": "the body's `max_cost`, as it would be kept"})
+    timing = fields.Nested(EstimateTimingSchema, allow_none=True, metadata={
+        "description": "how long the batch takes under your policy's limits, paced or not"})
     within_max_cost = fields.Boolean(allow_none=True, metadata={
         "description": "whether the cost bound stays within `max_cost` (false: the cap may stop the batch); null "
                        "without a cap or a bound"})

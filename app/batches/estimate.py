@@ -13,11 +13,14 @@ The bound, per item, with the binding the item routes to now under the caller's 
 - priced at the binding's input rate (or its cached rate, if higher) and output rate, rounded per item exactly as
   its usage event will be (so the bound is never below what the batch records for answers within those tokens).
 Items whose model does not exist, is not granted, has no binding or cannot take the shape would be discarded at
-run unrun: they count zero, with the reason.
+run unrun: they count zero, with the reason. `timing` reads the caller's policy's current rate-limit windows once
+and asks app/batches/pacing.py how long the items take paced, and how many the windows would refuse unpaced.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +29,10 @@ import msgspec
 from adapters.base import Usage
 from adapters.errors import AdapterError
 from adapters.shapes import plan_dispatch
-from app.access.cache import get_catalog
+from app.access.cache import get_catalog, get_policy
 from app.access.snapshot import CatalogSnapshot
 from app.auth_model import Caller
-from app.batches import budget
+from app.batches import budget, pacing
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.intake import parse_batch, typed_batch
 from app.catalog.model import Pricing
@@ -115,13 +118,36 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
     bounded = all(m.bounded for m in found)
     total_nanos = sum(m.cost_nanos for m in found)
     cap = budget.to_nanos(max_cost) if max_cost is not None else None
+    runs = sum(m.items for m in found if m.runs)
+    tokens = sum(m.input_tokens + m.output_tokens for m in found)
     return {"object": "batch.estimate", "valid": True, "shape": shape, "total": len(names),
             "models": [m.view() for m in found],
             "input_tokens_max": sum(m.input_tokens for m in found),
             "output_tokens_max": sum(m.output_tokens for m in found),
             "cost_usd_max": cost_usd(total_nanos) if bounded else None,
             "max_cost": budget.to_dollars(cap),
-            "within_max_cost": None if cap is None or not bounded else total_nanos <= cap}
+            "within_max_cost": None if cap is None or not bounded else total_nanos <= cap,
+            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None)}
+
+
+def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float | None) -> dict[str, Any] | None:
+    """How RUNS items (of TOKENS_PER_ITEM tokens at most) fare under the caller's policy's rate limits today, paced
+    (how long, at its batch share: app/batches/pacing.py) and not (how many the current windows would refuse,
+    discarded `rate_limited`). None when the policy is gone."""
+    policy = get_policy(runtime, caller.policy_id)
+    if policy is None:
+        return None
+    now = time.time()
+    with runtime.pool.connection() as conn:
+        windows = pacing.current_windows(conn, policy.rate_limits, now)
+        used = pacing.batch_share_used(conn, policy.rate_limits, now)
+    seconds = pacing.expected_seconds(policy, runs, used, now, tokens_per_item)
+    admitted = pacing.publishable(policy, windows, now, lambda _: tokens_per_item or 0.0, paced=False)
+    rate = pacing.items_per_minute(policy, tokens_per_item)
+    return {"policy_paced": policy.batch_pace, "share": policy.batch_share, "items": runs,
+            "limited": bool(policy.rate_limits), "items_per_minute": None if rate is None else round(rate, 3),
+            "paced_seconds": None if math.isinf(seconds) else round(seconds, 3),
+            "unpaced_rate_limited_items": max(0, runs - admitted)}
 
 
 def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, float | None, list[Any], list[str]]:
@@ -133,9 +159,9 @@ def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, float | Non
     limits = {"max_items": settings.batch_max_items, "max_item_bytes": settings.max_request_bytes}
     typed = typed_batch(raw, **limits)
     if typed is not None and (names := typed.models()) is not None:
-        return typed.shape, typed.max_cost, typed.bodies(), names
+        return typed.shape, typed.options.get("max_cost"), typed.bodies(), names
     parsed = parse_batch(raw, **limits)
-    return parsed.shape, parsed.max_cost, list(parsed.item_bodies()), parsed.models
+    return parsed.shape, parsed.options.get("max_cost"), list(parsed.item_bodies()), parsed.models
 
 
 def _routed(snapshot: CatalogSnapshot, caller: Caller, shape: str, name: str) -> _Model:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from tests.batches.extra_models import DEFAULT_LIMIT, extra_models  # noqa: F401 (a fixture)
+from tests.batches.extra_models import DEFAULT_LIMIT, PACED_PER_MINUTE, UNPACED_LIMIT, extra_models  # noqa: F401
 from tests.batches.helpers import CHAT, submit, usage_events, wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream", "extra_models")]
@@ -108,3 +109,26 @@ def test_an_estimate_stores_and_runs_nothing_and_needs_a_credential(client, key,
     as_text = client.post("/v1/batches/estimate", data="x", content_type="text/plain",
                           headers={"Authorization": f"Bearer {key}"})
     assert as_text.status_code == 415 and as_text.json["error"]["code"] == "unsupported_media_type"
+
+
+def test_the_timing_tells_how_long_a_paced_batch_takes_and_how_many_items_an_unpaced_one_loses(client, make_key,
+                                                                                                upstream) -> None:
+    paced = estimate(client, make_key("estimate-paced")["key"], {"shape": "openai", "requests": [CHAT] * 90}).json
+    timing = paced["timing"]
+    per_minute = PACED_PER_MINUTE // 2  # the batch share
+    assert timing["policy_paced"] and timing["share"] == 0.5 and timing["items_per_minute"] == per_minute
+    assert 2 * 60 - 2 <= timing["paced_seconds"] <= 3 * 60  # 90 items: three minutes' shares, the first one begun
+    assert timing["unpaced_rate_limited_items"] == 90 - per_minute  # without pacing: one window's share at once
+
+    if time.time() % 3600 > 3590:  # the unpaced policy's hour window must not turn between estimate and run
+        time.sleep(15)
+    key = make_key("estimate-unpaced")["key"]
+    unpaced = estimate(client, key, {"shape": "openai", "requests": [CHAT] * 10}).json["timing"]
+    assert not unpaced["policy_paced"] and unpaced["unpaced_rate_limited_items"] == 10 - UNPACED_LIMIT
+    assert unpaced["paced_seconds"] > 0  # paced, the items past this hour's limit would wait for the next
+    batch = wait_finished(client, key, submit(client, key, [CHAT] * 10).json["id"])
+    refused = [i for i in batch["items"] if i["error_code"] == "rate_limited"]
+    assert batch["counts"]["completed"] <= UNPACED_LIMIT and len(refused) == 10 - batch["counts"]["completed"]
+    assert len(refused) >= unpaced["unpaced_rate_limited_items"]  # (a lease slice held by one worker may strand)
+    again = estimate(client, key, {"shape": "openai", "requests": [CHAT] * 10}).json["timing"]
+    assert again["unpaced_rate_limited_items"] == 10  # the window is spent
