@@ -61,8 +61,8 @@ def rerun_batch(runtime: Runtime, caller: Caller, text_id: str, *, codes: list[s
         created = anthropic_view.create_batch(runtime, caller, raw, lineage)
         return _created_id(created["id"]), source["api"]
     try:
-        created = service.submit_batch(runtime, caller, _relay_body(source["shape"], metadata, bodies),
-                                       BatchOrigin({}, rerun=lineage))
+        raw = _relay_body(source["shape"], metadata, source["completion_window"], bodies)
+        created = service.submit_batch(runtime, caller, raw, BatchOrigin({}, rerun=lineage))
     except InvalidBatch as exc:
         raise _told_by_source(exc, picked) from None
     return UUID(str(created["id"])), source["api"]
@@ -90,9 +90,11 @@ def _request_bodies(runtime: Runtime, batch_id: UUID, idxs: list[int]) -> list[b
                                                         f" this replica ({exc})") from exc
 
 
-def _relay_body(shape: str, metadata: dict[str, Any] | None, bodies: list[bytes]) -> bytes:
-    """Relay's own submit body of BODIES (spliced in as they are)."""
-    head = {"shape": shape} | ({"metadata": metadata} if metadata is not None else {})
+def _relay_body(shape: str, metadata: dict[str, Any] | None, window: str | None, bodies: list[bytes]) -> bytes:
+    """Relay's own submit body of BODIES (spliced in as they are), with the source's completion WINDOW (a deadline
+    that long after the re-run's submit)."""
+    head = {"shape": shape} | ({"metadata": metadata} if metadata is not None else {}) | \
+        ({"completion_window": window} if window is not None else {})
     return json.dumps(head)[:-1].encode() + b',"requests":[' + b",".join(bodies) + b"]}"
 
 
