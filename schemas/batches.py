@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from schemas.durations import DurationError, parse_duration
@@ -25,6 +27,32 @@ def _completion_window(value: str) -> None:
         raise ValidationError("must be from 1s to 366d")
 
 
+MAX_COST_LIMIT = 1e9  # dollars: a cap above this is refused (it would not fit the nano-dollar column's range)
+MIN_COST = 1e-9  # one nano-dollar, the unit costs are recorded in
+
+
+class JsonNumber(fields.Float):
+    """A JSON number (an integer or a float; never a string or a boolean), finite."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+def max_cost_field(description: str, *, absent_is_none: bool = True) -> JsonNumber:
+    """`max_cost`: a spend cap in the pricing's currency (dollars), or null for none (also when absent, unless
+    ABSENT_IS_NONE is false: then an absent member stays absent)."""
+    extra: dict[str, Any] = {"load_default": None} if absent_is_none else {}
+    return JsonNumber(allow_none=True, allow_nan=False, validate=validate.Range(min=MIN_COST, max=MAX_COST_LIMIT),
+                      metadata={"description": description}, **extra)
+
+
+MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9, at most 1e9): once the recorded "
+                 "cost of the batch's items reaches it, items not started yet end `discarded` with "
+                 "`budget_exceeded` (running ones finish). Every binding of the models the items name must be priced")
+
+
 class BatchEnvelopeSchema(Schema):
     """The members of a submit body other than `requests` (whose items the shape adapters validate)."""
 
@@ -37,6 +65,7 @@ class BatchEnvelopeSchema(Schema):
     completion_window = fields.String(load_default=None, validate=_completion_window, metadata={
         "description": "a deadline, e.g. `2h`: items not started this long after the submit end `discarded` with"
                        " the code `expired`"})
+    max_cost = max_cost_field(MAX_COST_HELP)
 
 
 class BatchSubmitSchema(BatchEnvelopeSchema):
@@ -96,6 +125,10 @@ class BatchResultsArgs(Schema):
         unknown = RAISE
 
     format = fields.String(validate=validate.OneOf(("json", "jsonl")), load_default=None)
+    merged = fields.Boolean(load_default=False, metadata={"description": (
+        "the merged results of the batch's re-run chain (the same on the original and on each re-run): one entry "
+        "per item of the original batch, `idx` being its idx there, each the latest attempt of that item (from the "
+        "newest batch of the chain that holds it, whatever its state), with `batch_id`, `batch_idx` and `attempts`")})
 
 
 class CountsSchema(Schema):
@@ -108,6 +141,8 @@ class CountsSchema(Schema):
 
 class BatchItemSchema(Schema):
     idx = fields.Integer()
+    source_idx = fields.Integer(allow_none=True, metadata={
+        "description": "a re-run's item: its idx in the chain's original batch (`original_id`); null otherwise"})
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     model = fields.String(allow_none=True)
     error = fields.String(allow_none=True)
@@ -140,6 +175,11 @@ class BatchSummarySchema(Schema):
     expires_at = fields.DateTime(allow_none=True, metadata={
         "description": "items not started by then end discarded `expired` (cancelled `batch_expired` for batches"
                        " of the provider APIs)"})
+    max_cost = fields.Float(allow_none=True, metadata={
+        "description": "the batch's spend cap in dollars (rounded down to a nano-dollar); null: none"})
+    rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
+    original_id = fields.UUID(allow_none=True, metadata={
+        "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})
 
 
 class PacingSchema(Schema):
@@ -156,9 +196,13 @@ class PacingSchema(Schema):
 
 
 class BatchSchema(BatchSummarySchema):
-    """A batch with its counts per item state and one page of items."""
+    """A batch with its counts per item state, its recorded cost and one page of items."""
 
     counts = fields.Nested(CountsSchema)
+    cost_usd = fields.String(metadata={
+        "description": "the recorded cost of its final items in dollars, an exact decimal (`\"0.000001234\"`), "
+                       "summed as they end; items on unpriced bindings add nothing (their usage events have a null "
+                       "cost)"})
     items = fields.List(fields.Nested(BatchItemSchema))
     items_next_after = fields.Integer(allow_none=True,
                                       metadata={"description": "pass as `after` for the next page; null at the end"})
@@ -184,6 +228,10 @@ class BatchResultSchema(Schema):
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     response = fields.Raw(metadata={"description": "the upstream's body, completed items only"})
     error = fields.String(metadata={"description": "discarded and cancelled items"})
+    batch_id = fields.UUID(metadata={
+        "description": "merged results: the batch of the chain holding the latest attempt"})
+    batch_idx = fields.Integer(metadata={"description": "merged results: the latest attempt's idx in that batch"})
+    attempts = fields.Integer(metadata={"description": "merged results: how many batches of the chain hold the item"})
 
 
 class BatchResultsSchema(Schema):
@@ -196,3 +244,99 @@ class BatchDeletedSchema(Schema):
     id = fields.UUID(required=True)
     object = fields.String(required=True, metadata={"example": "batch"})
     deleted = fields.Boolean(required=True)
+
+
+RERUN_CODE = validate.Regexp(r"^[a-z0-9_]{1,64}$", error="must be an error code (lowercase letters, digits and _)")
+
+
+class BatchRerunSchema(Schema):
+    """`POST /v1/batches/{id}/rerun` body (optional: an empty body re-runs every discarded item)."""
+
+    class Meta:
+        unknown = RAISE
+
+    codes = fields.List(fields.String(validate=RERUN_CODE), validate=validate.Length(min=1, max=100), metadata={
+        "description": "re-run the discarded or cancelled items whose error code is one of these (e.g. "
+                       "`rate_limited`, `all_keys_failed`, `budget_exceeded`, `batch_cancelled`) instead of every "
+                       "discarded item"})
+    metadata = fields.Dict(keys=fields.String(), allow_none=True, metadata={
+        "description": "the new batch's metadata (default: the source batch's; OpenAI batches: at most 16 string "
+                       "pairs)"})
+    max_cost = max_cost_field("the new batch's spend cap in dollars, null for none (default: the source batch's "
+                              "cap); as `max_cost` of a submit", absent_is_none=False)
+
+
+class EstimateProblemSchema(Schema):
+    code = fields.String(metadata={"description": "the error code the items would be discarded with"})
+    message = fields.String()
+
+
+class EstimateBindingSchema(Schema):
+    host = fields.String()
+    adapter = fields.String()
+    upstream_model = fields.String()
+
+
+class EstimateModelSchema(Schema):
+    """One model's items in an estimate."""
+
+    model = fields.String(metadata={"description": "the name the items give"})
+    items = fields.Integer()
+    runs = fields.Boolean(metadata={"description": "false: the items would be discarded unrun (see `problem`)"})
+    problem = fields.Nested(EstimateProblemSchema, allow_none=True, metadata={
+        "description": "why the items would be discarded unrun today: model_not_found, model_not_allowed, "
+                       "no_binding, cross_shape_dispatch, policy_disabled, ..."})
+    binding = fields.Nested(EstimateBindingSchema, allow_none=True,
+                            metadata={"description": "where the items would run today under your policy"})
+    priced = fields.Boolean(metadata={"description": "whether that binding has pricing (else no cost bound)"})
+    max_output_tokens = fields.Integer(allow_none=True, metadata={
+        "description": "the model's default output limit from the catalog (items without one of their own)"})
+    items_without_output_limit = fields.Integer(metadata={
+        "description": "items with no output limit of their own and none from the model: their cost has no bound"})
+    input_tokens_max = fields.Integer(metadata={"description": "at most one token per request byte"})
+    output_tokens_max = fields.Integer(metadata={
+        "description": "the items' own limits (times `n`), else the model's `max_output_tokens`"})
+    cost_usd_max = fields.String(allow_none=True, metadata={
+        "description": "an upper bound of the items' cost in dollars, an exact decimal; null when unpriced or "
+                       "when an item has no output limit"})
+
+
+class EstimateTimingSchema(Schema):
+    """How the items that would run fare under your policy's rate limits today (the current windows, as granted so
+    far on every replica; assuming the batch has the policy's batch share to itself and the workers keep up)."""
+
+    policy_paced = fields.Boolean(metadata={"description": "whether your policy paces batches (`batch: {pace}`)"})
+    share = fields.Float(metadata={"description": "the policy's batch share of each rate limit"})
+    items = fields.Integer(metadata={"description": "the items that would run (not those discarded unrun)"})
+    limited = fields.Boolean(metadata={"description": "whether the policy has rate limits at all"})
+    items_per_minute = fields.Float(allow_none=True, metadata={
+        "description": "the long-run rate the limits allow batch items at the share (null: no limit bounds it)"})
+    paced_seconds = fields.Float(allow_none=True, metadata={
+        "description": "paced: seconds until the last item has started (0: all at once; null: never, a limit "
+                       "admits no batch item); token limits are counted at the items' token bound"})
+    unpaced_rate_limited_items = fields.Integer(metadata={
+        "description": "not paced: how many items the current windows would refuse (discarded `rate_limited`) if "
+                       "the workers started every item now"})
+
+
+class BatchEstimateSchema(Schema):
+    """`POST /v1/batches/estimate`: what a submit of the same body would store and could cost (a body a submit
+    would refuse gets the submit's own error instead)."""
+
+    object = fields.Constant("batch.estimate")
+    valid = fields.Boolean(metadata={"description": "always true: a body a submit would refuse is answered with "
+                                                    "the submit's own 400/413 error"})
+    shape = fields.String(validate=validate.OneOf(SHAPES))
+    total = fields.Integer(metadata={"description": "items"})
+    models = fields.List(fields.Nested(EstimateModelSchema), metadata={"description": "by model name"})
+    input_tokens_max = fields.Integer()
+    output_tokens_max = fields.Integer()
+    cost_usd_max = fields.String(allow_none=True, metadata={
+        "description": "an upper bound of the batch's cost in dollars (exact decimal); null when a model that "
+                       "would run is unpriced or an item has no output limit"})
+    max_cost = fields.Float(allow_none=True, metadata={"description": "the body's `max_cost`, as it would be kept"})
+    timing = fields.Nested(EstimateTimingSchema, allow_none=True, metadata={
+        "description": "how long the batch takes under your policy's limits, paced or not"})
+    within_max_cost = fields.Boolean(allow_none=True, metadata={
+        "description": "whether the cost bound stays within `max_cost` (false: the cap may stop the batch); null "
+                       "without a cap or a bound"})

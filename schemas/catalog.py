@@ -105,6 +105,10 @@ class ModelSchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     name = fields.String(required=True, validate=MODEL_NAME)
     enabled = StrictBoolean(load_default=True)
+    max_output_tokens = fields.Integer(strict=True, load_default=None, allow_none=True,
+                                       validate=validate.Range(min=1, max=100_000_000), metadata={
+        "description": "the most output tokens a call answers when its request sets no limit (the provider's default"
+                       " maximum); the batch estimate's bound for such items (unset: their cost has no upper bound)"})
     bindings = fields.List(fields.Nested(BindingSchema), required=True, validate=validate.Length(min=1, max=100))
 
 

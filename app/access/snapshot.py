@@ -91,7 +91,8 @@ def _models(rows: CatalogRows, hosts: dict[UUID, Host]) -> dict[str, Model]:
             Binding(id=b["id"], model_name=m["name"], position=b["position"], host=hosts[b["host_id"]],
                     adapter=b["adapter"], upstream_model=b["upstream_model"], pricing=_pricing(b), enabled=b["enabled"])
             for b in sorted(by_model.get(m["id"], []), key=lambda b: b["position"]))
-        models[m["name"]] = Model(id=m["id"], name=m["name"], enabled=m["enabled"], bindings=bindings)
+        models[m["name"]] = Model(id=m["id"], name=m["name"], enabled=m["enabled"], bindings=bindings,
+                                  max_output_tokens=m["max_output_tokens"])
     return models
 
 

@@ -46,7 +46,7 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type="application/x-ndjson", description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return results_response(None, batch_id, args["format"])
+    return results_response(None, batch_id, args["format"], merged=args["merged"])
 
 
 @blp.route("/batches/<batch_id>/cancel", methods=["POST"])

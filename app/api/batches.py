@@ -16,18 +16,24 @@ from app.api import openai_batches
 from app.api.bodies import read_body
 from app.api.callers import request_caller
 from app.api.openapi import error_answers
+from app.api.provider_common import answer
 from app.auth_model import Caller
-from app.batches import service
+from app.batches import openai_view, service
 from app.batches.errors import BatchBodyTooLarge
-from app.batches.views import parse_batch_id
+from app.batches.estimate import estimate_batch
+from app.batches.merged import open_merged_results
+from app.batches.rerun import KEEP, rerun_batch
+from app.batches.views import openai_batch_id, parse_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
     BatchDeletedSchema,
+    BatchEstimateSchema,
     BatchFormatArgs,
     BatchItemsArgs,
     BatchListArgs,
     BatchListSchema,
+    BatchRerunSchema,
     BatchResultsArgs,
     BatchResultsSchema,
     BatchSchema,
@@ -55,13 +61,33 @@ def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
     broker. OpenAI's create (a body naming `input_file_id`) answers 200 with OpenAI's batch object."""
     caller = request_caller()
-    mimetype = request.mimetype or ""
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
-    raw = read_body(_runtime().settings.batch_max_bytes, _too_large)
+    raw = _batch_body()
     if openai_batches.is_create_body(raw):
         return openai_batches.create_answer(caller, raw)
     return service.submit_batch(_runtime(), caller, raw), 202
+
+
+def _batch_body() -> bytes | bytearray:
+    """A submit's body: JSON, at most RELAY_BATCH_MAX_BYTES."""
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
+    return read_body(_runtime().settings.batch_max_bytes, _too_large)
+
+
+@blp.route("/estimate", methods=["POST"])
+@blp.doc(summary="Estimate a batch before submitting it: the submit's checks, items per model, an upper bound of"
+                 " cost; nothing is stored or run",
+         description="The body is a submit's. A body a submit would refuse gets the submit's own answer (400"
+                     " `invalid_batch` listing every bad item, `invalid_json`, `max_cost_unpriced`; 413), so a 200"
+                     " means the submit would be accepted. See the README (Re-run, spend cap and estimate) for how the"
+                     " bound is computed and what it cannot cover.", security=SECURITY, requestBody={
+    "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
+@error_answers(blp, 400, 401, 413, 415, 503)
+@blp.response(200, BatchEstimateSchema)
+def estimate() -> ResponseReturnValue:
+    caller = request_caller()
+    return estimate_batch(_runtime(), caller, _batch_body())
 
 
 @blp.route("", methods=["GET"])
@@ -98,13 +124,15 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return results_response(request_caller(), _native_id(batch_id), args["format"])
+    return results_response(request_caller(), _native_id(batch_id), args["format"], merged=args["merged"])
 
 
-def results_response(caller: Caller | None, batch_id: str, fmt: str | None) -> Response:
-    """The streamed results in FMT (or as the Accept header prefers); a caller of None is the operator."""
+def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, merged: bool = False) -> Response:
+    """The streamed results in FMT (or as the Accept header prefers), or the merged results of the batch's re-run
+    chain; a caller of None is the operator."""
     jsonl = fmt == "jsonl" or (fmt is None and _wants_ndjson())
-    chunks = service.open_results(_runtime(), caller, batch_id, jsonl=jsonl)
+    opened = open_merged_results if merged else service.open_results
+    chunks = opened(_runtime(), caller, batch_id, jsonl=jsonl)
     return Response(stream_with_context(chunks), status=200,
                     mimetype=_NDJSON if jsonl else "application/json")
 
@@ -120,6 +148,29 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     if _openai_view(caller, batch_id, args["format"]):
         return openai_batches.cancel_answer(caller, batch_id)
     return service.cancel_batch(_runtime(), caller, _native_id(batch_id))
+
+
+@blp.route("/<batch_id>/rerun", methods=["POST"])
+@blp.doc(summary="Re-run what failed: a new batch of the finished batch's discarded items (or those with the"
+                 " chosen error codes), with their original requests, under your current policy",
+         description="The new batch records `rerun_of` and `original_id`, each item its `source_idx`; read the chain's"
+                     " merged results with `GET /v1/batches/{id}/results?merged=true`. 409 `batch_not_finished` while"
+                     " items are queued or running; 409 `nothing_to_rerun` when no item matches (`details.error_codes`"
+                     " counts the discarded and cancelled items by code). A batch created through the OpenAI API is"
+                     " re-run as an OpenAI batch of a new input file (answered in OpenAI's format unless"
+                     " `format=relay`), one created through Anthropic's as a message batch.", security=SECURITY)
+@error_answers(blp, 409, 413, 503, 507)
+@blp.arguments(BatchFormatArgs, location="query")
+@blp.arguments(BatchRerunSchema, required=False)
+@blp.response(202, BatchSchema)
+def rerun(args: dict[str, Any], body: dict[str, Any], batch_id: str) -> ResponseReturnValue:
+    caller = request_caller()
+    new_id, api = rerun_batch(_runtime(), caller, _native_id(batch_id), codes=body.get("codes"),
+                              metadata=body.get("metadata", KEEP), max_cost=body.get("max_cost", KEEP))
+    if (args["format"] or ("openai" if api == "openai" else "relay")) == "openai":
+        return answer("openai", lambda: openai_view.get_batch(_runtime(), caller, openai_batch_id(new_id)),
+                      status=202)
+    return service.get_batch(_runtime(), caller, str(new_id), limit=0), 202
 
 
 def _openai_view(caller: Caller, batch_id: str, requested: str | None) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from app.auth_model import Caller
 from app.batches import provider, service
 from app.batches.errors import BatchNotEnded
+from app.batches.origin import Rerun
 from app.batches.provider_input import from_anthropic_body
 from app.batches.views import anthropic_batch, anthropic_batch_id, anthropic_result_line
 from app.errors import ValidationFailed
@@ -17,10 +18,12 @@ from app.runtime import Runtime
 API = "anthropic"
 
 
-def create_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> dict[str, Any]:
-    """A batch of the Messages requests in RAW (`{"requests": [{custom_id, params}, ...]}`)."""
+def create_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
+                 rerun: Rerun | None = None) -> dict[str, Any]:
+    """A batch of the Messages requests in RAW (`{"requests": [{custom_id, params}, ...]}`); RERUN: the lineage of
+    a re-run."""
     batch = from_anthropic_body(raw, max_requests=runtime.settings.batch_max_items)
-    batch_id = provider.create(runtime, caller, batch, columns={"api": API}, body_field="params")
+    batch_id = provider.create(runtime, caller, batch, columns={"api": API}, body_field="params", rerun=rerun)
     return get_batch(runtime, caller, anthropic_batch_id(batch_id))
 
 

@@ -56,3 +56,16 @@ class BatchAlreadyFinished(Conflict):
     """A cancel of a batch whose every item was already final: nothing is left to cancel, nothing changes."""
 
     code = "batch_finished"
+
+
+class MaxCostUnpriced(BadRequest):
+    """A batch with `max_cost` names a model with an unpriced binding: its cost could not be counted."""
+
+    code = "max_cost_unpriced"
+
+
+class NothingToRerun(Conflict):
+    """A re-run of a batch none of whose items match what was asked to run again; `details` counts its items by
+    error code."""
+
+    code = "nothing_to_rerun"

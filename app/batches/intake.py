@@ -105,6 +105,7 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
     shape: str | msgspec.UnsetType = msgspec.UNSET
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     completion_window: Any = msgspec.UNSET  # the other envelope members: checked by validation.validate_envelope
+    max_cost: Any = msgspec.UNSET
 
 
 _SPANS = msgspec.json.Decoder(_Spans)

@@ -13,6 +13,7 @@ import psycopg
 
 from app.auth_model import Caller
 from app.batches import provider
+from app.batches.origin import Rerun
 from app.batches.provider_errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
 from app.batches.provider_input import from_openai_jsonl
 from app.batches.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
@@ -33,8 +34,9 @@ def file_disk(runtime: Runtime) -> FileDisk:
     return found  # type: ignore[no-any-return]
 
 
-def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-    """A batch of the uploaded file BODY["input_file_id"] (already checked against the create schema)."""
+def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: Rerun | None = None) -> dict[str, Any]:
+    """A batch of the uploaded file BODY["input_file_id"] (already checked against the create schema); RERUN: the
+    lineage of a re-run."""
     endpoint = body["endpoint"]
     if endpoint not in ENDPOINT_SHAPES:
         refused = "embeddings requests cannot be batched" if endpoint.endswith("/embeddings") else \
@@ -52,7 +54,8 @@ def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any]) -> dict
     columns = {"api": API, "endpoint": endpoint, "input_file_id": file_id,
                "completion_window": body["completion_window"]}
     batch_id = provider.create(runtime, caller, batch, columns=columns, body_field="body",
-                               also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id))
+                               also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id),
+                               rerun=rerun)
     return get_batch(runtime, caller, openai_batch_id(batch_id))
 
 

@@ -1,4 +1,4 @@
-"""What a batch created through a provider API (OpenAI, Anthropic) adds to Relay's own submit."""
+"""What a batch created through a provider API (OpenAI, Anthropic) or as a re-run adds to Relay's own submit."""
 
 from __future__ import annotations
 
@@ -11,10 +11,26 @@ from psycopg import Connection
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """A re-run's lineage: the batch it was made from, the first batch of the chain, each new item's idx in that
+    first batch (in the new batch's idx order), and the re-run's spend cap (nano-dollars; None: no cap)."""
+
+    rerun_of: UUID
+    original_id: UUID
+    source_idxs: Sequence[int]
+    max_cost_nanos: int | None = None
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        return {"rerun_of": self.rerun_of, "original_id": self.original_id}
+
+
+@dataclass(frozen=True)
 class BatchOrigin:
-    """The creating API's batch columns (`api`, `endpoint`, ...), each item's custom_id, and writes to make in the
-    batch's own transaction (e.g. its output file records)."""
+    """The creating API's batch columns (`api`, `endpoint`, ...), each item's custom_id (provider APIs), writes to
+    make in the batch's own transaction (e.g. its output file records), and the lineage of a re-run."""
 
     columns: dict[str, Any]
-    custom_ids: Sequence[str]
+    custom_ids: Sequence[str] | None = None
     also: Callable[[Connection[Any], UUID], None] | None = None
+    rerun: Rerun | None = None

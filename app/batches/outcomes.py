@@ -12,7 +12,8 @@ An item is `completed`, `cancelled`, or `discarded` with an error text (never th
 7. its request file cannot be loaded → `load_input_failed`.
 Relay adds: the worker running it died (`worker_lost`), its claim was cut by a dropped connection
 (`claim_interrupted`), its response could not be stored (`store_failed`), the upstream's 2xx answer is not JSON
-(`invalid_upstream_response`), and an unexpected error (`internal_error`).
+(`invalid_upstream_response`), an unexpected error (`internal_error`), and the batch's spend cap reached before
+the item started (`budget_exceeded`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ def deadline_passed() -> Outcome:
 def expired_for(api: str) -> Outcome:
     """How an item not started by its batch's deadline ends: as the API that created the batch says."""
     return deadline_passed() if api == "relay" else expired()
+
+
+def budget_exceeded() -> Outcome:
+    """A queued item of a batch whose recorded cost reached its `max_cost`: it never starts."""
+    return Outcome("discarded", "budget exceeded: the batch's recorded cost reached its max_cost before the item"
+                                " started", "budget_exceeded", 402)
 
 
 def worker_lost() -> Outcome:

@@ -100,12 +100,13 @@ def batch_share_used(conn: Connection[Any], limits: Sequence[RateLimit], now: fl
 
 
 def publishable(policy: Policy, windows: Mapping[UUID, Mapping[str, int]], now: float,
-                tokens_per_item: Callable[[UUID], float]) -> int:
+                tokens_per_item: Callable[[UUID], float], *, paced: bool = True) -> int:
     """How many more batch items of a paced POLICY its limits let start now (the share released so far, minus
-    what was granted; for a token limit, by the tokens an item took lately): what the dispatcher may publish."""
+    what was granted; for a token limit, by the tokens an item took lately): what the dispatcher may publish.
+    PACED false: what they let start now without pacing (the whole share at once; the rest is refused)."""
     rooms = []
     for limit in policy.rate_limits:
-        fraction = batch_fraction(limit, window_start(limit, now), now, policy.batch_share, True)
+        fraction = batch_fraction(limit, window_start(limit, now), now, policy.batch_share, paced)
         window = windows.get(limit.id, {})
         if limit.requests is not None:
             rooms.append(min(math.floor(limit.requests * fraction) - window.get("batch_requests", 0),

@@ -16,7 +16,7 @@ import psycopg
 from app.auth_model import Caller
 from app.batches import provider_store, service, store
 from app.batches.errors import BatchNotFound, InvalidBatch
-from app.batches.origin import BatchOrigin
+from app.batches.origin import BatchOrigin, Rerun
 from app.batches.provider_input import ProviderBatch
 from app.batches.views import parse_batch_id
 from app.runtime import Runtime
@@ -36,16 +36,17 @@ class Page:
 
 
 def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: dict[str, Any], body_field: str,
-           also: Callable[[psycopg.Connection[Any], UUID], None] | None = None) -> UUID:
+           also: Callable[[psycopg.Connection[Any], UUID], None] | None = None, rerun: Rerun | None = None) -> UUID:
     """Submit BATCH through Relay's intake (the same validation, limits and storage as any batch); its id.
     BODY_FIELD names the request body in the provider's input (`body`, `params`) in error details. With
-    RELAY_PROVIDER_BATCH_EXPIRY_S set, the batch's queued requests expire that long after now."""
+    RELAY_PROVIDER_BATCH_EXPIRY_S set, the batch's queued requests expire that long after now. RERUN: the lineage
+    of a re-run."""
     raw = batch.finish()
     expiry = runtime.settings.provider_batch_expiry_s
     if expiry > 0:
         columns = {**columns, "expires_at": datetime.now(UTC) + timedelta(seconds=expiry)}
     try:
-        created = service.submit_batch(runtime, caller, raw, BatchOrigin(columns, batch.custom_ids, also))
+        created = service.submit_batch(runtime, caller, raw, BatchOrigin(columns, batch.custom_ids, also, rerun))
     except InvalidBatch as exc:
         raise batch.remap(exc, body_field) from None
     return UUID(str(created["id"]))

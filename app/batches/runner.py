@@ -24,7 +24,7 @@ from psycopg_pool import PoolTimeout
 
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
-from app.batches import outcomes, store
+from app.batches import budget, outcomes, store
 from app.batches.finals import final_of, finalize_now, item_event
 from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
@@ -322,7 +322,8 @@ def unsynced(final: ItemFinal, exc: Exception) -> ItemFinal:
 
 
 def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:
-    """A message whose item could not be claimed: cancel it, discard it as worker lost, or do nothing.
+    """A message whose item could not be claimed: cancel it, discard it as worker lost or over its batch's spend cap
+    (with every other queued item of the batch), or do nothing.
 
     OWN_CLAIM_UNKNOWN: an earlier attempt of this claim failed, so an item running under this worker's id may be
     that attempt having committed unseen. It is discarded, never run: whether it ran is not known for sure.
@@ -335,6 +336,8 @@ def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_
         outcome, source, owner = outcomes.cancelled_queued(), "queued", None
     elif row["state"] == "queued" and row["batch_expired"]:
         outcome, source, owner = outcomes.expired_for(row["api"]), "queued", None
+    elif row["state"] == "queued" and row["over_budget"]:  # the spend cap: none of its queued items starts
+        return "discarded" if budget.discard_unstarted(ctx.runtime, batch_id) else "duplicate"
     elif row["state"] == "running" and row["worker_id"] == ctx.worker_id and own_claim_unknown:
         outcome, source, owner = outcomes.claim_interrupted(), "running", ctx.worker_id
     elif row["state"] == "running" and row["owner_lost"] and row["worker_id"] != ctx.worker_id:

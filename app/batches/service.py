@@ -15,7 +15,7 @@ import psycopg
 
 from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
-from app.batches import pacing, store
+from app.batches import budget, pacing, store
 from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
 from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
@@ -24,6 +24,7 @@ from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
+from app.usage.queries import cost_usd
 from schemas.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
                  bodies: Iterable[Body], models: Iterable[str], total: int,
                  origin: BatchOrigin | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Store a batch of TOTAL items: each item's request BODIES (its JSON bytes) and model name, in idx order.
+    OPTIONS: the submit's other envelope members (option_columns); a spend cap (its `max_cost`, else a re-run's) is
+    refused (400) unless every model the items name is priced.
 
     The request file is written and synced on a native thread while this one inserts the batch and copies the
     items into Postgres; the transaction commits only after both, and a failure of either (an exception raised
@@ -84,17 +87,28 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     """
     batch_id = uuid4()
     payloads = payload_store(runtime)
+    rerun = origin.rerun if origin else None
+    columns = option_columns(options or {})
+    if rerun is not None and rerun.max_cost_nanos is not None:
+        columns.setdefault("max_cost_nanos", rerun.max_cost_nanos)
+    cap = columns.get("max_cost_nanos")
     batch = {
         "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": total,
-        "owner": caller.owner, **caller.attribution(), **option_columns(options or {}),
-        **(origin.columns if origin else {}),
+        "owner": caller.owner, **caller.attribution(), **columns, **(origin.columns if origin else {}),
+        **(rerun.columns if rerun else {}),
     }
+    named: set[str] = set()
+    if cap is not None:
+        models = _noting(models, named)  # only a capped batch pays for this
     stop = threading.Event()
     written = start_off_the_hub(payloads.write_requests, batch_id, bodies, stop.is_set)
     try:
         with runtime.pool.connection() as conn, conn.transaction():
             row = store.insert_batch(conn, batch)
-            store.copy_items(conn, batch_id, models, origin.custom_ids if origin else None)
+            store.copy_items(conn, batch_id, models, origin.custom_ids if origin else None,
+                             rerun.source_idxs if rerun else None)
+            if cap is not None:
+                budget.check_priced(runtime, named)
             if origin is not None and origin.also is not None:
                 origin.also(conn, batch_id)
             written()  # the request file is durable and in place before the commit
@@ -111,8 +125,11 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
 
 
 def option_columns(options: dict[str, Any]) -> dict[str, Any]:
-    """The batch columns of a submit's options: a completion_window sets the deadline (expires_at)."""
+    """The batch columns of a submit's options: a completion_window sets the deadline (expires_at), a max_cost the
+    spend cap (in nano-dollars)."""
     columns: dict[str, Any] = {}
+    if (max_cost := options.get("max_cost")) is not None:
+        columns["max_cost_nanos"] = budget.to_nanos(max_cost)
     if (window := options.get("completion_window")) is not None:
         seconds = parse_duration(window)
         columns["completion_window"] = format_duration(seconds)
@@ -131,19 +148,26 @@ def _pacing(runtime: Runtime, row: dict[str, Any], remaining: int) -> dict[str, 
     return pacing.pacing_view(policy, remaining, used, deadline.timestamp() if deadline else None)
 
 
+def _noting(models: Iterable[str], seen: set[str]) -> Iterator[str]:
+    """MODELS as they are, each name added to SEEN on its way."""
+    for model in models:
+        seen.add(model)
+        yield model
+
+
 def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,
               limit: int = 100) -> dict[str, Any]:
     """The batch object with counts and one page of items (optionally of one state). A caller of None is the
     operator (admin routes only): any owner's batch."""
     with runtime.pool.connection() as conn:
-        row = _owned(conn, caller, batch_id)
-        counts = store.item_counts(conn, row["id"], row["total"])
+        row = owned_batch(conn, caller, batch_id)
+        counts, cost = store.progress(conn, row["id"], row["total"])
         if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
     next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
     paced = _pacing(runtime, row, counts["queued"]) if row["status"] == "queued" else None
-    return batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced)
+    return batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced, cost_nanos=cost)
 
 
 def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
@@ -176,7 +200,7 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
     A caller of None is the operator (admin routes only)."""
     with runtime.pool.connection() as conn:
         with conn.transaction():
-            row = _owned(conn, caller, batch_id)
+            row = owned_batch(conn, caller, batch_id)
             if row["status"] != "cancelled" and _all_final(store.item_counts(conn, row["id"], row["total"])):
                 raise BatchAlreadyFinished(message="every item of the batch is already final: nothing to cancel")
             store.mark_cancelled(conn, row["id"])
@@ -185,8 +209,8 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
         with conn.transaction():
             store.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
-        counts = store.item_counts(conn, row["id"], row["total"])
-    return batch_view(fresh, counts, items=[], next_after=-1)
+        counts, cost = store.progress(conn, row["id"], row["total"])
+    return batch_view(fresh, counts, items=[], next_after=-1, cost_nanos=cost)
 
 
 def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
@@ -195,7 +219,7 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     409 batch_not_finished while an item is queued or running. Afterwards the batch answers 404 like any unknown id.
     """
     with runtime.pool.connection() as conn, conn.transaction():
-        row = _owned(conn, caller, batch_id)
+        row = owned_batch(conn, caller, batch_id)
         if not store.delete_finished_batch(conn, row["id"]):
             counts = store.item_counts(conn, row["id"], row["total"])
             waiting = {"queued": counts.get("queued", 0), "running": counts.get("running", 0)}
@@ -214,7 +238,7 @@ def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, json
     """Check access now (404 before streaming starts), then stream the results in idx order. A caller of None is
     the operator (admin routes only)."""
     with runtime.pool.connection() as conn:
-        row = _owned(conn, caller, batch_id)
+        row = owned_batch(conn, caller, batch_id)
     return _stream_results(runtime, row["id"], jsonl=jsonl)
 
 
@@ -242,25 +266,31 @@ _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
 def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> list[bytes]:
     """One JSON object per row: idx, state, the response of a completed item if visible here, the error."""
     responses = iter(payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"]))
-    entries = []
-    for idx, _segment, _offset, _length, state, error in rows:
-        parts: list[bytes | memoryview] = [b'{"idx":%d,' % idx, _STATE_PREFIX[state]]
-        body = next(responses) if state == "completed" else None
-        if body:
-            parts += (b',"response":', body)
-        if error is not None:
-            parts += (b',"error":', json.dumps(error).encode())
-        parts.append(b"}")
-        entries.append(b"".join(parts))
-    return entries
+    return [result_entry(idx, state, next(responses) if state == "completed" else None, error)
+            for idx, _segment, _offset, _length, state, error in rows]
+
+
+def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,
+                 tail: bytes = b"") -> bytes:
+    """One result's JSON object: idx, state, the response BODY if there is one, the error, then TAIL (more members,
+    each starting with a comma)."""
+    parts: list[bytes | memoryview] = [b'{"idx":%d,' % idx, _STATE_PREFIX[state]]
+    if body:
+        parts += (b',"response":', body)
+    if error is not None:
+        parts += (b',"error":', json.dumps(error).encode())
+    parts += (tail, b"}")
+    return b"".join(parts)
 
 
 def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[str, Any]],
-               next_after: int | None, pacing: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The batch object: summary, counts for every state, a page of items, and its pacing (paced policies)."""
+               next_after: int | None, pacing: dict[str, Any] | None = None, cost_nanos: int = 0) -> dict[str, Any]:
+    """The batch object: summary, counts for every state, the recorded cost, a page of items, and its pacing (paced
+    policies)."""
     view = summary_view(row)
     view["pacing"] = pacing
     view["counts"] = {s: counts.get(s, 0) for s in _STATES}
+    view["cost_usd"] = cost_usd(cost_nanos)
     view["items"] = items
     view["items_next_after"] = next_after
     return view
@@ -271,12 +301,14 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
     view = {"id": row["id"], "object": "batch", "status": row["status"], "shape": row["shape"],
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
             "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"],
-            "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at")}
+            "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at"),
+            "max_cost": budget.to_dollars(row["max_cost_nanos"]), "rerun_of": row["rerun_of"],
+            "original_id": row["original_id"]}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view
 
 
-def _owned(conn: psycopg.Connection[Any], caller: Caller | None, batch_id: str) -> dict[str, Any]:
+def owned_batch(conn: psycopg.Connection[Any], caller: Caller | None, batch_id: str) -> dict[str, Any]:
     """The batch row if CALLER submitted it (any batch for the operator, None); BatchNotFound otherwise (also for
     malformed ids)."""
     try:

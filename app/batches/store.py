@@ -31,7 +31,7 @@ ITEM_STATES = ("queued", "running", *FINAL_STATES)
 BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"
-    " expires_at"
+    " expires_at, max_cost_nanos, rerun_of, original_id"
 )
 
 
@@ -45,12 +45,16 @@ def insert_batch(conn: Conn, batch: Row) -> Row:
     return row  # type: ignore[no-any-return]
 
 
-def copy_items(conn: Conn, batch_id: UUID, models: Iterable[str], custom_ids: Sequence[str] | None = None) -> None:
-    """COPY one queued item per model name, idx 0..n-1 (with its custom_id, for provider API batches), in COPY's
-    binary format: the server parses it at about four times the speed of the text format. MODELS may be produced
-    as the rows go (the server works on each chunk sent meanwhile); an exception from it aborts the COPY."""
-    columns = "batch_id, idx, model" + (", custom_id" if custom_ids is not None else "")
-    head, pack = _ROW_HEAD.pack(3 if custom_ids is None else 4, 16, batch_id.bytes, 4), _INT.pack
+def copy_items(conn: Conn, batch_id: UUID, models: Iterable[str], custom_ids: Sequence[str] | None = None,
+               source_idxs: Sequence[int] | None = None) -> None:
+    """COPY one queued item per model name, idx 0..n-1 (with its custom_id, for provider API batches, and its
+    source_idx, for re-runs), in COPY's binary format: the server parses it at about four times the speed of the
+    text format. MODELS may be produced as the rows go (the server works on each chunk sent meanwhile); an
+    exception from it aborts the COPY."""
+    columns = ("batch_id, idx, model" + (", custom_id" if custom_ids is not None else "")
+               + (", source_idx" if source_idxs is not None else ""))
+    fields = 3 + (custom_ids is not None) + (source_idxs is not None)
+    head, pack = _ROW_HEAD.pack(fields, 16, batch_id.bytes, 4), _INT.pack
     names: dict[str, bytes] = {}  # model name → its field (a batch names few models)
     with conn.cursor().copy(f"COPY batch_items ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
         parts: list[bytes] = [_BINARY_HEADER]
@@ -60,6 +64,8 @@ def copy_items(conn: Conn, batch_id: UUID, models: Iterable[str], custom_ids: Se
             parts += (head, pack(idx), name)
             if custom_ids is not None:
                 parts.append(_binary_text(custom_ids[idx]))
+            if source_idxs is not None:
+                parts += (_INT_LENGTH, pack(source_idxs[idx]))
             if len(parts) >= 3000:
                 copy.write(b"".join(parts))
                 parts.clear()
@@ -71,6 +77,7 @@ _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature
 _BINARY_TRAILER = struct.pack("!h", -1)
 _ROW_HEAD = struct.Struct("!hi16si")  # field count; the uuid's length and bytes; the idx's length (its value next)
 _INT = struct.Struct("!i")
+_INT_LENGTH = _INT.pack(4)  # an int4 field's length
 
 
 def _binary_text(value: str) -> bytes:
@@ -96,7 +103,7 @@ def get_batch(conn: Conn, batch_id: UUID, owner: str | None = None) -> Row | Non
 
 def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int) -> list[Row]:
     """A page of items in idx order, optionally of one state."""
-    sql = ("SELECT idx, state, model, error, error_code, started_at, finished_at FROM batch_items"
+    sql = ("SELECT idx, state, model, error, error_code, started_at, finished_at, source_idx FROM batch_items"
            " WHERE batch_id = %s AND idx > %s")
     params: list[Any] = [batch_id, after]
     if state is not None:
@@ -129,12 +136,19 @@ def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[R
 
 def item_counts(conn: Conn, batch_id: UUID, total: int) -> dict[str, int]:
     """Number of items in each state, from the batch's progress counters."""
+    return progress(conn, batch_id, total)[0]
+
+
+def progress(conn: Conn, batch_id: UUID, total: int) -> tuple[dict[str, int], int]:
+    """Number of items in each state and the recorded cost of its items (nano-dollars), from the batch's progress
+    counters."""
     row = conn.execute("SELECT coalesce(sum(running), 0) AS running, coalesce(sum(completed), 0) AS completed,"
-                       " coalesce(sum(discarded), 0) AS discarded, coalesce(sum(cancelled), 0) AS cancelled"
+                       " coalesce(sum(discarded), 0) AS discarded, coalesce(sum(cancelled), 0) AS cancelled,"
+                       " coalesce(sum(cost_nanos), 0) AS cost_nanos"
                        " FROM batch_progress WHERE batch_id = %s", (batch_id,)).fetchone()
     counts = {state: int(row[state]) for state in ITEM_STATES[1:]} if row else dict.fromkeys(ITEM_STATES[1:], 0)
     counts["queued"] = total - sum(counts.values())
-    return counts
+    return counts, int(row["cost_nanos"]) if row else 0
 
 
 def mark_cancelled(conn: Conn, batch_id: UUID) -> None:
@@ -151,11 +165,15 @@ def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[
     return cur.fetchall()  # type: ignore[no-any-return]
 
 
-_CLAIM = """
+# A capped batch whose items' recorded cost reached its cap (on `batches b`): its items not started yet never start.
+OVER_BUDGET = ("b.max_cost_nanos <= (SELECT coalesce(sum(p.cost_nanos), 0) FROM batch_progress p"
+               " WHERE p.batch_id = b.id)")
+_CLAIM = f"""
 WITH claimed AS (
     UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b
     WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
       AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
+      AND (b.max_cost_nanos IS NULL OR NOT ({OVER_BUDGET}))
     RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
               b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
 ), counted AS (
@@ -167,9 +185,9 @@ SELECT * FROM claimed
 
 
 def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None) -> Row | None:
-    """queued → running for WORKER_ID unless the batch is cancelled or past its deadline (counted in COUNTER's
-    progress row, by default the worker's own; rows of one batch are only ever summed, so a claim may count in one
-    row and the final state in another); the batch row (+ item model) or None."""
+    """queued → running for WORKER_ID unless the batch is cancelled, past its deadline or at its spend cap (counted
+    in COUNTER's progress row, by default the worker's own; rows of one batch are only ever summed, so a claim may
+    count in one row and the final state in another); the batch row (+ item model) or None."""
     return conn.execute(_CLAIM, {"worker": worker_id, "batch_id": batch_id, "idx": idx,  # type: ignore[no-any-return]
                                  "counter": worker_id if counter is None else counter}).fetchone()
 
@@ -216,7 +234,8 @@ def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Ro
         "SELECT i.state, i.worker_id, i.model, i.custom_id, b.status AS batch_status, b.api,"
         " coalesce(b.expires_at <= now(), false) AS batch_expired, b.id, b.policy_id, b.project_id,"
         " b.team_id, b.principal_kind, b.principal_id, b.credential_kind, b.credential_id, b.relay_key_hash,"
-        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)) AS owner_lost"
+        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s)) AS owner_lost,"
+        f" coalesce({OVER_BUDGET}, false) AS over_budget"
         " FROM batch_items i JOIN batches b ON b.id = i.batch_id LEFT JOIN workers w ON w.id = i.worker_id"
         " WHERE i.batch_id = %s AND i.idx = %s",
         (lost_after_s, batch_id, idx)).fetchone()
@@ -235,6 +254,18 @@ def batches_due_to_expire(conn: Conn, limit: int = 100) -> list[Row]:
     return conn.execute(f"SELECT {BATCH_COLUMNS} FROM batches WHERE expires_at <= now() AND finished_at IS NULL"
                         " AND status = 'queued' ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
                         (limit,)).fetchall()
+
+
+def stop_publishing(conn: Conn, batch_id: UUID) -> None:
+    """Nothing of the batch is left to publish (its queued items were all made final): the dispatcher skips it."""
+    conn.execute("UPDATE batches SET published_upto = total, dispatched_at = coalesce(dispatched_at, now())"
+                 " WHERE id = %s", (batch_id,))
+
+
+def lock_batch(conn: Conn, batch_id: UUID) -> Row | None:
+    """The batch row, locked for the transaction (as cancel locks it before its queued items)."""
+    return conn.execute(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = %s FOR UPDATE",  # type: ignore[no-any-return]
+                        (batch_id,)).fetchone()
 
 
 _FINISHED = ("finished_at IS NULL AND total <= (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0)"

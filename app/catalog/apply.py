@@ -132,7 +132,8 @@ class _Reconciler:
         self._upsert("host_keys", "host_keys", desired, self.cur.host_keys)
 
     def _models(self, models: list[dict[str, Any]]) -> None:
-        ids = self._upsert("models", "models", {m["name"]: {"enabled": m["enabled"]} for m in models}, self.cur.models)
+        desired = {m["name"]: {"enabled": m["enabled"], "max_output_tokens": m["max_output_tokens"]} for m in models}
+        ids = self._upsert("models", "models", desired, self.cur.models)
         for m in models:
             rows = [{"host_id": self.ids["hosts"][b["host"]], "adapter": b["adapter"],
                      "upstream_model": b["upstream_model"], **_pricing_columns(b.get("pricing")),

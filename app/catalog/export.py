@@ -60,7 +60,8 @@ def _model(model: Row, rows: CatalogRows, names: dict[UUID, str], with_ids: bool
                                            "cached_input_per_mtok": b["cached_input_per_mtok"]})
         binding["enabled"] = b["enabled"]
         bindings.append(_ided(b, binding, with_ids))
-    return _ided(model, {"name": model["name"], "enabled": model["enabled"], "bindings": bindings}, with_ids)
+    limit = {"max_output_tokens": model["max_output_tokens"]} if model["max_output_tokens"] is not None else {}
+    return _ided(model, {"name": model["name"], "enabled": model["enabled"], **limit, "bindings": bindings}, with_ids)
 
 
 def _policy(policy: Row, rows: CatalogRows, names: dict[UUID, str], with_ids: bool) -> dict[str, Any]:

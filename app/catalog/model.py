@@ -52,6 +52,7 @@ class Model:
     name: str
     enabled: bool
     bindings: tuple[Binding, ...]
+    max_output_tokens: int | None = None  # what a call answers at most when its request sets no limit
 
 
 @dataclass(frozen=True)

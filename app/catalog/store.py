@@ -68,7 +68,7 @@ def load_catalog_rows(conn: Connection[Any]) -> CatalogRows:
         projects=q("SELECT id, name, team_id FROM projects ORDER BY name").fetchall(),
         hosts=q("SELECT id, name, base_url, enabled FROM hosts ORDER BY name").fetchall(),
         host_keys=q("SELECT id, name, host_id, secret_enc, value_env, enabled FROM host_keys ORDER BY name").fetchall(),
-        models=q("SELECT id, name, enabled FROM models ORDER BY name").fetchall(),
+        models=q("SELECT id, name, enabled, max_output_tokens FROM models ORDER BY name").fetchall(),
         bindings=q("SELECT id, model_id, position, host_id, adapter, upstream_model, input_per_mtok, output_per_mtok,"
                    " cached_input_per_mtok, enabled FROM bindings ORDER BY model_id, position").fetchall(),
         policies=q("SELECT id, name, enabled, deleted_at, models, key_selection, breaker_failures, breaker_cooldown_s,"

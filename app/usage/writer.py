@@ -2,10 +2,10 @@
 single event, committed in groups.
 
 `commit_records(conn, finals, records)` is the only code that inserts usage events. In one transaction (the
-caller's) it moves the FINALS' items to their final state (one statement for all of them, counting them in
-`batch_progress`), inserts the usage event of every final that moved (so an item gets exactly one event, whoever
-finalizes it) and of every RECORD, then applies their side writes (rate-limit tokens, breaker changes, payload
-logs) grouped by statement, always in the same order so concurrent groups cannot deadlock.
+caller's) it moves the FINALS' items to their final state (one statement for all of them, counting them and
+summing their cost in `batch_progress`), inserts the usage event of every final that moved (so an item gets
+exactly one event, whoever finalizes it) and of every RECORD, then applies their side writes (rate-limit tokens,
+breaker changes, payload logs) grouped by statement, always in the same order so concurrent groups cannot deadlock.
 
 `GroupWriter` is a per-process thread that batches what many threads submit into one such transaction: a worker
 process's items, a live API process's calls. `before_commit` runs first (the payload store's sync: a response's
@@ -78,34 +78,36 @@ def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], r
 _FINALIZE = """
 WITH f AS (
     SELECT * FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::text[], %s::bigint[], %s::int[])
-        AS f(batch_id, idx, state, error, error_code, from_state, worker_id, segment, "offset", length)
+                         %s::text[], %s::bigint[], %s::int[], %s::bigint[])
+        AS f(batch_id, idx, state, error, error_code, from_state, worker_id, segment, "offset", length, cost)
 ), done AS (
     UPDATE batch_items i SET state = f.state, error = f.error, error_code = f.error_code, finished_at = now(),
            response_segment = f.segment, response_offset = f."offset", response_length = f.length
     FROM f
     WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
       AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
-    RETURNING i.batch_id, i.idx, f.state, f.from_state
+    RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost
 ), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled)
+    INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos)
     SELECT batch_id, %s, -count(*) FILTER (WHERE from_state = 'running'), count(*) FILTER (WHERE state = 'completed'),
-           count(*) FILTER (WHERE state = 'discarded'), count(*) FILTER (WHERE state = 'cancelled')
+           count(*) FILTER (WHERE state = 'discarded'), count(*) FILTER (WHERE state = 'cancelled'),
+           coalesce(sum(cost), 0)
     FROM done GROUP BY batch_id
     ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
         completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
-        cancelled = p.cancelled + excluded.cancelled
+        cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos
 )
 SELECT batch_id, idx FROM done
 """
 
 
 def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], counter: str) -> set[ItemKey]:
-    columns: list[list[Any]] = [[] for _ in range(10)]
+    columns: list[list[Any]] = [[] for _ in range(11)]
     for f in finals:
         segment, offset, length = f.response or (None, None, None)
         for column, value in zip(columns, (f.batch_id, f.idx, f.state, f.error, f.error_code, f.from_state,
-                                           f.worker_id, segment, offset, length), strict=True):
+                                           f.worker_id, segment, offset, length, f.record.event.cost_nanos),
+                                 strict=True):
             column.append(value)
     cur = conn.cursor(row_factory=tuple_row)
     cur.execute(_FINALIZE, [*columns, counter])
