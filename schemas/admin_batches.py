@@ -66,6 +66,14 @@ class QueueSchema(Schema):
     consumers = fields.Integer(allow_none=True)
 
 
+class WaitingItemsSchema(Schema):
+    queued = fields.Integer(metadata={"description": "items of unfinished batches not started yet"})
+    unpublished = fields.Integer(metadata={
+        "description": "of those, items still only in Postgres: the dispatcher publishes a window of them at a time"
+                       " (messages of up to 8 items), sized to the live workers' threads"})
+    running = fields.Integer(metadata={"description": "items running now on the workers"})
+
+
 class FleetSchema(Schema):
     """Worker processes from their heartbeats, and the item queue."""
 
@@ -73,4 +81,5 @@ class FleetSchema(Schema):
     alive = fields.Integer()
     lost_after_s = fields.Float()
     queue = fields.Nested(QueueSchema)
+    items = fields.Nested(WaitingItemsSchema)
     broker_ui_url = fields.String(allow_none=True, metadata={"description": "RELAY_BROKER_UI_URL, when set"})

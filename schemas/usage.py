@@ -6,6 +6,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from schemas.batch_ids import BatchIdField
 from schemas.catalog import PRINTABLE
 
 SOURCES = ("live", "batch")
@@ -58,7 +59,7 @@ class UsageFilterArgs(Schema):
     principal = fields.String(validate=_text(240), metadata={
         "description": "user or service account: a name or id, optionally prefixed `user:` or `service_account:`"})
     credential = fields.UUID(metadata={"description": "relay key id or inference token id"})
-    batch_id = fields.UUID()
+    batch_id = BatchIdField()
     status = fields.String(validate=validate.OneOf(STATUS_CLASSES), metadata={"description": "status class"})
     error_code = fields.String(validate=_text(200))
 

@@ -23,7 +23,7 @@ from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
 from app.batches.rerun import KEEP, rerun_batch
-from app.batches.views import openai_batch_id, parse_batch_id
+from app.batches.views import openai_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
@@ -113,7 +113,7 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
     if _openai_view(caller, batch_id, args["format"]):
         return openai_batches.get_answer(caller, batch_id)
-    return service.get_batch(_runtime(), caller, _native_id(batch_id), state=args["state"], after=args["after"],
+    return service.get_batch(_runtime(), caller, batch_id, state=args["state"], after=args["after"],
                              limit=args["limit"])
 
 
@@ -124,7 +124,7 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return results_response(request_caller(), _native_id(batch_id), args["format"], merged=args["merged"])
+    return results_response(request_caller(), batch_id, args["format"], merged=args["merged"])
 
 
 def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, merged: bool = False) -> Response:
@@ -147,7 +147,7 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
     if _openai_view(caller, batch_id, args["format"]):
         return openai_batches.cancel_answer(caller, batch_id)
-    return service.cancel_batch(_runtime(), caller, _native_id(batch_id))
+    return service.cancel_batch(_runtime(), caller, batch_id)
 
 
 @blp.route("/<batch_id>/rerun", methods=["POST"])
@@ -165,7 +165,7 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(202, BatchSchema)
 def rerun(args: dict[str, Any], body: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    new_id, api = rerun_batch(_runtime(), caller, _native_id(batch_id), codes=body.get("codes"),
+    new_id, api = rerun_batch(_runtime(), caller, batch_id, codes=body.get("codes"),
                               metadata=body.get("metadata", KEEP), max_cost=body.get("max_cost", KEEP))
     if (args["format"] or ("openai" if api == "openai" else "relay")) == "openai":
         return answer("openai", lambda: openai_view.get_batch(_runtime(), caller, openai_batch_id(new_id)),
@@ -180,18 +180,12 @@ def _openai_view(caller: Caller, batch_id: str, requested: str | None) -> bool:
     return batch_id.startswith("batch_") or openai_batches.is_openai_batch(caller, batch_id)
 
 
-def _native_id(batch_id: str) -> str:
-    """The batch's UUID for `batch_<hex>` and `msgbatch_<hex>` ids (each API's spelling of the same batch)."""
-    parsed = parse_batch_id(batch_id)
-    return str(parsed) if parsed is not None else batch_id
-
-
 @blp.route("/<batch_id>", methods=["DELETE"])
 @blp.doc(summary="Delete a finished batch: its items and stored requests and responses (usage events stay)",
          description="409 `batch_not_finished` while items are queued or running; afterwards the batch is 404.")
 @blp.response(200, BatchDeletedSchema)
 def delete(batch_id: str) -> ResponseReturnValue:
-    return service.delete_batch(_runtime(), request_caller(), _native_id(batch_id))
+    return service.delete_batch(_runtime(), request_caller(), batch_id)
 
 
 def _too_large(limit: int) -> BatchBodyTooLarge:

@@ -25,6 +25,7 @@ from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
 from app.usage.queries import cost_usd
+from schemas.batch_ids import parse_batch_id
 from schemas.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -310,11 +311,10 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
 
 def owned_batch(conn: psycopg.Connection[Any], caller: Caller | None, batch_id: str) -> dict[str, Any]:
     """The batch row if CALLER submitted it (any batch for the operator, None); BatchNotFound otherwise (also for
-    malformed ids)."""
-    try:
-        parsed = UUID(batch_id)
-    except (ValueError, TypeError):
-        raise BatchNotFound(message="batch not found") from None
+    malformed ids). BATCH_ID may be spelled as any API spells it."""
+    parsed = parse_batch_id(batch_id)  # any API's spelling: the UUID, batch_<hex>, msgbatch_<hex>
+    if parsed is None:
+        raise BatchNotFound(message="batch not found")
     row = store.get_batch(conn, parsed, owner=caller.owner if caller is not None else None)
     if row is None:
         raise BatchNotFound(message="batch not found")

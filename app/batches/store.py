@@ -331,6 +331,19 @@ def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
         " AND i.state = 'running' AND i.worker_id = w.id) AS running"
         " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()
 
+def waiting_items(conn: Conn) -> Row:
+    """Items of unfinished batches still queued, and how many of them the dispatcher has not published yet (they
+    wait in Postgres, not in RabbitMQ, whose queue holds only the dispatch window's messages)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(b.total - coalesce(p.started, 0)), 0)::bigint AS queued,"
+        " coalesce(sum(greatest(0, b.total - b.published_upto)) FILTER (WHERE b.status = 'queued'), 0)::bigint"
+        " AS unpublished FROM batches b LEFT JOIN LATERAL (SELECT sum(g.running + g.completed + g.discarded"
+        " + g.cancelled) AS started FROM batch_progress g WHERE g.batch_id = b.id) p ON true"
+        " WHERE b.finished_at IS NULL").fetchone()
+    assert row is not None
+    return row  # type: ignore[no-any-return]
+
+
 # Retention: a batch goes with its items (deleted by the same statement: they hold no foreign key, see migration
 # 0014) and its progress and output file records (ON DELETE CASCADE); its usage events stay.
 _NOTHING_RUNS = ("NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id"

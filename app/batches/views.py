@@ -19,11 +19,11 @@ from uuid import UUID
 
 from adapters.anthropic import ADAPTER as ANTHROPIC
 from adapters.openai import openai_error_body
+from schemas.batch_ids import FILE_PREFIX, parse_batch_id, parse_file_id
 
 Row = dict[str, Any]
+__all__ = ["parse_batch_id", "parse_file_id"]  # the ids' spellings, for the views' callers
 ENDPOINT_SHAPES = {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
-_BATCH_PREFIXES = ("batch_", "msgbatch_")
-_FILE_PREFIX = "file-"
 _STOPPED = {"batch_cancelled", "batch_expired"}  # error codes of items that never got an answer
 
 
@@ -36,31 +36,7 @@ def anthropic_batch_id(batch_id: UUID) -> str:
 
 
 def file_id(value: UUID) -> str:
-    return f"{_FILE_PREFIX}{value.hex}"
-
-
-def parse_batch_id(text: str) -> UUID | None:
-    """The batch behind `batch_<hex>`, `msgbatch_<hex>` or a plain UUID; None for anything else."""
-    for prefix in _BATCH_PREFIXES:
-        if text.startswith(prefix):
-            return _hex_uuid(text[len(prefix):])
-    try:
-        return UUID(text)
-    except ValueError:
-        return None
-
-
-def parse_file_id(text: str) -> UUID | None:
-    return _hex_uuid(text[len(_FILE_PREFIX):]) if text.startswith(_FILE_PREFIX) else None
-
-
-def _hex_uuid(text: str) -> UUID | None:
-    if len(text) != 32 or not text.isascii() or not text.isalnum():
-        return None
-    try:
-        return UUID(hex=text)
-    except ValueError:
-        return None
+    return f"{FILE_PREFIX}{value.hex}"
 
 
 def unix(value: datetime | None) -> int | None:

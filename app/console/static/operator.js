@@ -68,6 +68,12 @@ function filterForm(current) {
   return form;
 }
 
+function waitingText({ queued, unpublished, running }) {
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  return `${plural(queued, "item")} queued in Postgres (${unpublished} not yet published to RabbitMQ), `
+    + `${running} running`;
+}
+
 function renderFleet(box, status) {
   const q = status.queue;
   const queueText = q.reachable
@@ -87,6 +93,10 @@ function renderFleet(box, status) {
     h("dl", { class: "facts wide" },
       h("dt", {}, "Workers alive"), h("dd", { id: "workers-alive" }, `${status.alive} of ${status.workers.length}`,
         h("span", { class: "muted" }, ` (silent after ${status.lost_after_s} s without a heartbeat)`)),
+      h("dt", {}, "Items waiting"), h("dd", { id: "items-waiting" }, waitingText(status.items),
+        h("p", { class: "muted small" }, "Items wait in Postgres until the dispatcher publishes them: a window at a "
+          + "time, sized to the live workers' threads, each message holding up to 8 items. The queue's message count "
+          + "(here and in the RabbitMQ UI) is that window, not the backlog.")),
       h("dt", {}, "Item queue"), h("dd", { id: "queue-depth" }, h("code", {}, q.name), ": ", queueText),
       h("dt", {}, "Broker"), h("dd", {}, ui)),
     rows.length ? table(["Worker", "Host", "PID", "State", "Last heartbeat", "Started", "Running items"], rows,
