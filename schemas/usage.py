@@ -141,12 +141,14 @@ class SummaryRowSchema(Schema):
     """Counters for one group; the group's own keys (e.g. `model`, `policy_id`, `bucket`) sit beside them."""
 
     requests = fields.Integer()
-    errors = fields.Integer(metadata={"description": "status >= 400 or an error code"})
+    errors = fields.Integer(metadata={"description": "status >= 400 or an error code, except cancelled items"})
+    cancelled = fields.Integer(metadata={"description": "batch items cancelled or expired before they ran"})
     input_tokens = fields.Integer()
     output_tokens = fields.Integer()
     cached_tokens = fields.Integer()
-    cost_nanos = fields.Integer(metadata={"description": "sum of priced events, nano-dollars"})
-    cost_usd = fields.String(metadata={"description": "cost_nanos as an exact decimal string"})
+    cost_nanos = fields.Integer(allow_none=True, metadata={
+        "description": "sum of priced events, nano-dollars; null when the group's events are all unpriced"})
+    cost_usd = fields.String(allow_none=True, metadata={"description": "cost_nanos as an exact decimal string"})
     unpriced = fields.Integer(metadata={"description": "successful events without a price"})
 
 
