@@ -151,11 +151,24 @@ class BatchItemSchema(Schema):
     finished_at = fields.DateTime(allow_none=True)
 
 
+class BatchUsageSchema(Schema):
+    """A finished batch's tokens and cost, summed from its items' usage events (null while items run)."""
+
+    input_tokens = fields.Integer()
+    output_tokens = fields.Integer()
+    cached_tokens = fields.Integer()
+    cost_nanos = fields.Integer(allow_none=True, metadata={"description": "nano-dollars; null when only unpriced"})
+    cost_usd = fields.String(allow_none=True, metadata={"description": "cost_nanos as an exact decimal string"})
+    unpriced = fields.Integer(metadata={"description": "completed items without a price"})
+
+
 class BatchSummarySchema(Schema):
     """A batch without its counts and items (as listed)."""
 
     id = fields.UUID()
     object = fields.Constant("batch")
+    api = fields.String(validate=validate.OneOf(("relay", "openai", "anthropic")),
+                        metadata={"description": "the API that created the batch"})
     status = fields.String(validate=validate.OneOf(BATCH_STATUSES))
     shape = fields.String(validate=validate.OneOf(SHAPES))
     total = fields.Integer()
@@ -180,6 +193,8 @@ class BatchSummarySchema(Schema):
     rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
     original_id = fields.UUID(allow_none=True, metadata={
         "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})
+    usage = fields.Nested(BatchUsageSchema, allow_none=True, metadata={
+        "description": "once the batch has finished: its tokens and cost (null before)"})
 
 
 class PacingSchema(Schema):
@@ -196,8 +211,14 @@ class PacingSchema(Schema):
 
 
 class BatchSchema(BatchSummarySchema):
-    """A batch with its counts per item state, its recorded cost and one page of items."""
+    """A batch with its counts per item state, its recorded cost, one page of items, and the names behind its
+    attribution ids."""
 
+    policy = fields.String(allow_none=True, metadata={"description": "policy name"})
+    project = fields.String(allow_none=True, metadata={"description": "project name"})
+    team = fields.String(allow_none=True, metadata={"description": "team name"})
+    principal = fields.String(allow_none=True, metadata={"description": "principal name"})
+    credential = fields.String(allow_none=True, metadata={"description": "a relay key's name (or prefix)"})
     counts = fields.Nested(CountsSchema)
     cost_usd = fields.String(metadata={
         "description": "the recorded cost of its final items in dollars, an exact decimal (`\"0.000001234\"`), "

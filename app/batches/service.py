@@ -24,7 +24,7 @@ from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadStore
 from app.runtime import Runtime
-from app.usage.queries import cost_usd
+from app.usage.queries import cost_usd, known_cost
 from schemas.batch_ids import parse_batch_id
 from schemas.durations import format_duration, parse_duration
 
@@ -122,7 +122,8 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
         if isinstance(exc, psycopg.OperationalError):
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
-    return batch_view(row, {"queued": total}, items=[], next_after=-1, pacing=_pacing(runtime, row, total))
+    return batch_view(row, {"queued": total}, items=[], next_after=None,  # no item is listed: no next page
+                      pacing=_pacing(runtime, row, total))
 
 
 def option_columns(options: dict[str, Any]) -> dict[str, Any]:
@@ -166,9 +167,12 @@ def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: 
         if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
+        names = store.attribution_names(conn, row)
+        usage = _usages(conn, [row])
     next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
     paced = _pacing(runtime, row, counts["queued"]) if row["status"] == "queued" else None
-    return batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced, cost_nanos=cost)
+    return {**batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced, cost_nanos=cost,
+                         usage=usage.get(row["id"])), **names}
 
 
 def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
@@ -176,7 +180,8 @@ def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: s
     before = _decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
         rows = store.list_batches(conn, caller.owner, before=before, limit=limit)
-    return _page([summary_view(r) for r in rows], limit)
+        usage = _usages(conn, rows)
+    return _page([summary_view(r, usage.get(r["id"])) for r in rows], limit)
 
 
 def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = None,
@@ -186,7 +191,23 @@ def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = 
     before = _decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
         rows = store.list_all_batches(conn, before=before, limit=limit, **filters)
-    return _page([{**summary_view(r), "policy": r["policy"], "principal": r["principal"]} for r in rows], limit)
+        usage = _usages(conn, rows)
+    return _page([{**summary_view(r, usage.get(r["id"])), "policy": r["policy"], "principal": r["principal"]}
+                  for r in rows], limit)
+
+
+def _usages(conn: psycopg.Connection[Any], rows: list[dict[str, Any]]) -> dict[UUID, dict[str, Any]]:
+    """The usage of those ROWS whose batch has finished (summed once, then kept: see store.finished_usage)."""
+    found = store.finished_usage(conn, [r["id"] for r in rows if r["finished_at"] is not None])
+    return {batch_id: usage_view(u) for batch_id, u in found.items()}
+
+
+def usage_view(usage: dict[str, Any]) -> dict[str, Any]:
+    """A finished batch's tokens and cost, as the usage API tells them (cost null when only unpriced)."""
+    cost = known_cost(usage["cost_nanos"], usage["unpriced"])
+    return {"input_tokens": int(usage["input_tokens"]), "output_tokens": int(usage["output_tokens"]),
+            "cached_tokens": int(usage["cached_tokens"]), "cost_nanos": cost, "cost_usd": cost_usd(cost),
+            "unpriced": int(usage["unpriced"])}
 
 
 def _page(views: list[dict[str, Any]], limit: int) -> dict[str, Any]:
@@ -211,7 +232,8 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
             store.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
         counts, cost = store.progress(conn, row["id"], row["total"])
-    return batch_view(fresh, counts, items=[], next_after=-1, cost_nanos=cost)
+        usage = _usages(conn, [fresh])
+    return batch_view(fresh, counts, items=[], next_after=None, cost_nanos=cost, usage=usage.get(fresh["id"]))
 
 
 def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
@@ -285,10 +307,11 @@ def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: s
 
 
 def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[str, Any]],
-               next_after: int | None, pacing: dict[str, Any] | None = None, cost_nanos: int = 0) -> dict[str, Any]:
-    """The batch object: summary, counts for every state, the recorded cost, a page of items, and its pacing (paced
-    policies)."""
-    view = summary_view(row)
+               next_after: int | None, pacing: dict[str, Any] | None = None, cost_nanos: int = 0,
+               usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The batch object: summary, counts for every state, the recorded cost, a page of items, its pacing (paced
+    policies) and, once finished, its usage (tokens too)."""
+    view = summary_view(row, usage)
     view["pacing"] = pacing
     view["counts"] = {s: counts.get(s, 0) for s in _STATES}
     view["cost_usd"] = cost_usd(cost_nanos)
@@ -297,14 +320,14 @@ def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[
     return view
 
 
-def summary_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A batch without counts or items; never the relay key hash or the owner key."""
-    view = {"id": row["id"], "object": "batch", "status": row["status"], "shape": row["shape"],
+def summary_view(row: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A batch without counts or items; never the relay key hash or the owner key. USAGE: a finished batch's."""
+    view = {"id": row["id"], "object": "batch", "api": row["api"], "status": row["status"], "shape": row["shape"],
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
             "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"],
             "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at"),
             "max_cost": budget.to_dollars(row["max_cost_nanos"]), "rerun_of": row["rerun_of"],
-            "original_id": row["original_id"]}
+            "original_id": row["original_id"], "usage": usage}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view
 

@@ -101,6 +101,51 @@ def get_batch(conn: Conn, batch_id: UUID, owner: str | None = None) -> Row | Non
     return conn.execute(sql, params).fetchone()  # type: ignore[no-any-return]
 
 
+_SUM_USAGE = """
+WITH fresh AS (
+    INSERT INTO batch_usage (batch_id, input_tokens, output_tokens, cached_tokens, cost_nanos, unpriced)
+    SELECT e.batch_id, coalesce(sum(e.input_tokens), 0), coalesce(sum(e.output_tokens), 0),
+           coalesce(sum(e.cached_tokens), 0), sum(e.cost_nanos),
+           count(*) FILTER (WHERE e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL)
+    FROM usage_events e WHERE e.batch_id IS NOT NULL
+      AND e.batch_id = ANY(ARRAY(SELECT id FROM unnest(%(ids)s::uuid[]) AS t(id)
+                                 WHERE NOT EXISTS (SELECT 1 FROM batch_usage u WHERE u.batch_id = t.id)))
+    GROUP BY e.batch_id
+    ON CONFLICT (batch_id) DO UPDATE SET input_tokens = EXCLUDED.input_tokens  -- a concurrent read's: the same sums
+    RETURNING *
+)
+SELECT * FROM batch_usage WHERE batch_id = ANY(%(ids)s) UNION ALL SELECT * FROM fresh
+"""
+
+
+def attribution_names(conn: Conn, row: Row) -> Row:
+    """The names behind a batch row's attribution ids (policy, project, team, principal, and the credential: a
+    relay key's name or prefix); None where a name is not known (or the row was removed since)."""
+    from app.usage.store import PRINCIPAL_NAME  # the one rule for a principal's name
+
+    found = conn.execute(
+        "SELECT (SELECT name FROM policies WHERE id = e.policy_id) AS policy,"
+        " (SELECT name FROM projects WHERE id = e.project_id) AS project,"
+        " (SELECT name FROM teams WHERE id = e.team_id) AS team, " + PRINCIPAL_NAME + ","
+        " CASE e.credential_kind WHEN 'relay_key' THEN (SELECT coalesce(name, prefix) FROM relay_keys"
+        " WHERE id = e.credential_id) END AS credential"
+        " FROM (SELECT %(policy_id)s::uuid AS policy_id, %(project_id)s::uuid AS project_id,"
+        " %(team_id)s::uuid AS team_id, %(principal_kind)s::text AS principal_kind,"
+        " %(principal_id)s::uuid AS principal_id, %(credential_kind)s::text AS credential_kind,"
+        " %(credential_id)s::uuid AS credential_id) e", row).fetchone()
+    assert found is not None
+    return found  # type: ignore[no-any-return]
+
+
+def finished_usage(conn: Conn, batch_ids: Sequence[UUID]) -> dict[UUID, Row]:
+    """The usage of each of BATCH_IDS (batches that have finished: the caller checks), summed from their usage
+    events once and kept in `batch_usage` (later reads are one index lookup each)."""
+    if not batch_ids:
+        return {}
+    rows = conn.execute(_SUM_USAGE, {"ids": list(batch_ids)}).fetchall()
+    return {row["batch_id"]: row for row in rows}
+
+
 def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int) -> list[Row]:
     """A page of items in idx order, optionally of one state."""
     sql = ("SELECT idx, state, model, error, error_code, started_at, finished_at, source_idx FROM batch_items"

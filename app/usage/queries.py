@@ -211,14 +211,18 @@ def _summary_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {**keys, **_counters(row)}
 
 
+def known_cost(cost_nanos: int | Decimal | None, unpriced: int) -> int | None:
+    """What events cost together: the sum of the priced ones; null (unknown, never a made-up zero) when some are
+    unpriced and none is priced, and 0 when nothing had a price to pay (failed or cancelled calls only)."""
+    return int(cost_nanos) if cost_nanos is not None else (None if unpriced else 0)
+
+
 def _counters(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A group's counters; its cost is null (unknown, never a made-up zero) when it has unpriced events and no
-    priced one, and 0 when nothing in it had a price to pay (failed or cancelled calls only, or no event)."""
+    """A group's counters (its cost as known_cost says)."""
     out: dict[str, Any] = {}
     for name in SUMMARY_COUNTERS:
         if name == "cost_nanos":
-            cost = row[name]
-            out[name] = int(cost) if cost is not None else (None if int(row["unpriced"]) else 0)
+            out[name] = known_cost(row[name], int(row["unpriced"]))
             out["cost_usd"] = cost_usd(out[name])
         else:
             out[name] = int(row[name])

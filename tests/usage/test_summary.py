@@ -10,8 +10,8 @@ from tests.usage.conftest import B1, B2, WINDOW, World
 
 pytestmark = pytest.mark.integration
 # Worked out from tests/usage/conftest.py dataset(): E1..E10.
-TOTALS = {"requests": 10, "errors": 3, "cancelled": 0, "input_tokens": 3470, "output_tokens": 1080, "cached_tokens": 500,
-          "cost_nanos": 8_748_067, "unpriced": 1, "cost_usd": "0.008748067"}
+TOTALS = {"requests": 10, "errors": 3, "cancelled": 0, "input_tokens": 3470, "output_tokens": 1080,
+          "cached_tokens": 500, "cost_nanos": 8_748_067, "unpriced": 1, "cost_usd": "0.008748067"}
 
 
 def summary(client: Any, world: World, who: str = "admin", **params: Any) -> dict[str, Any]:

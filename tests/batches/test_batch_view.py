@@ -1,0 +1,43 @@
+"""Relay's own batch object tells what a provider's console shows: which API created the batch, the names behind
+its attribution ids, and once finished its tokens and cost (summed once from the items' usage events)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.batches.helpers import CHAT, get, submit, usage_events, wait_finished
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_finished_batch_carries_its_usage_its_api_and_its_attributions_names(client, runtime, workers,  # type: ignore[no-untyped-def]
+                                                                               make_key) -> None:
+    key = make_key()
+    created = submit(client, key["key"], [CHAT] * 3, metadata={"name": "nightly"})
+    assert created.status_code == 202
+    batch_id = created.json["id"]
+    assert created.json["api"] == "relay" and created.json["usage"] is None  # not finished yet
+    assert created.json["items_next_after"] is None  # no item is listed in the answer: no next page either
+    done = wait_finished(client, key["key"], batch_id)
+    events = usage_events(runtime, batch_id)
+    usage = done["usage"]
+    assert usage["input_tokens"] == sum(e["input_tokens"] for e in events) > 0
+    assert usage["output_tokens"] == sum(e["output_tokens"] for e in events) > 0
+    assert usage["cost_nanos"] == sum(e["cost_nanos"] for e in events) > 0 and usage["unpriced"] == 0
+    assert usage["cost_usd"] == f"{usage['cost_nanos'] / 1e9:.9f}"
+    assert (done["policy"], done["project"], done["team"], done["principal"]) == ("main", "p-batch", "t-batch",
+                                                                                "batch-svc")
+    assert done["credential"] == key["prefix"]  # an unnamed key: its prefix
+    listed = get(client, key["key"], "/v1/batches", format="relay").json["data"]
+    assert next(b for b in listed if b["id"] == batch_id)["usage"] == usage
+    with runtime.pool.connection() as conn:  # kept: later reads do not sum the events again
+        kept = conn.execute("SELECT * FROM batch_usage WHERE batch_id = %s", (batch_id,)).fetchone()
+    assert kept is not None and kept["input_tokens"] == usage["input_tokens"]
+
+
+def test_a_cancel_answer_lists_no_items_and_says_there_is_no_next_page(client, make_key) -> None:  # type: ignore[no-untyped-def]
+    key = make_key("slow")["key"]
+    batch_id = submit(client, key, [CHAT] * 2).json["id"]
+    cancelled = client.post(f"/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"})
+    assert cancelled.status_code == 200 and cancelled.json["items"] == []
+    assert cancelled.json["items_next_after"] is None
