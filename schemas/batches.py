@@ -8,6 +8,8 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from schemas.durations import DurationError, parse_duration
 
+from schemas.catalog import PRINTABLE
+
 SHAPES = ("openai", "anthropic", "openai_responses")
 ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 BATCH_STATUSES = ("queued", "cancelled")
@@ -101,6 +103,8 @@ class BatchItemsArgs(BatchFormatArgs):
     after = fields.Integer(validate=validate.Range(min=-1), load_default=-1,
                            metadata={"description": "list items with idx greater than this"})
     limit = fields.Integer(validate=validate.Range(min=0, max=MAX_ITEMS_PAGE), load_default=100)
+    custom_id = fields.String(load_default=None, validate=[validate.Length(1, 512), PRINTABLE], metadata={
+        "description": "list items whose custom_id starts with this (batches of the OpenAI and Anthropic APIs)"})
 
 
 class BatchListArgs(Schema):
@@ -143,6 +147,8 @@ class BatchItemSchema(Schema):
     idx = fields.Integer()
     source_idx = fields.Integer(allow_none=True, metadata={
         "description": "a re-run's item: its idx in the chain's original batch (`original_id`); null otherwise"})
+    custom_id = fields.String(allow_none=True, metadata={
+        "description": "the caller's id of the request (OpenAI and Anthropic batch APIs); null for Relay's own"})
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     model = fields.String(allow_none=True)
     error = fields.String(allow_none=True)
@@ -160,6 +166,15 @@ class BatchUsageSchema(Schema):
     cost_nanos = fields.Integer(allow_none=True, metadata={"description": "nano-dollars; null when only unpriced"})
     cost_usd = fields.String(allow_none=True, metadata={"description": "cost_nanos as an exact decimal string"})
     unpriced = fields.Integer(metadata={"description": "completed items without a price"})
+
+
+class BatchItemDetailSchema(BatchItemSchema):
+    """`GET /v1/batches/{id}/items/{idx}`: one item with its request and response."""
+
+    batch_id = fields.UUID()
+    request = fields.Raw(allow_none=True, metadata={"description": "the request body as submitted (null when this "
+                                                                  "replica cannot read it)"})
+    response = fields.Raw(allow_none=True, metadata={"description": "the upstream's body, completed items only"})
 
 
 class BatchSummarySchema(Schema):
@@ -246,6 +261,7 @@ class BatchResultSchema(Schema):
     """One entry of `GET /v1/batches/{id}/results` (documentation: the endpoint streams raw JSON)."""
 
     idx = fields.Integer()
+    custom_id = fields.String(metadata={"description": "batches of the OpenAI and Anthropic APIs only"})
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     response = fields.Raw(metadata={"description": "the upstream's body, completed items only"})
     error = fields.String(metadata={"description": "discarded and cancelled items"})

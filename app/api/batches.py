@@ -30,6 +30,7 @@ from schemas.batches import (
     BatchDeletedSchema,
     BatchEstimateSchema,
     BatchFormatArgs,
+    BatchItemDetailSchema,
     BatchItemsArgs,
     BatchListArgs,
     BatchListSchema,
@@ -114,7 +115,15 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     if _openai_view(caller, batch_id, args["format"]):
         return openai_batches.get_answer(caller, batch_id)
     return service.get_batch(_runtime(), caller, batch_id, state=args["state"], after=args["after"],
-                             limit=args["limit"])
+                             limit=args["limit"], custom_id=args["custom_id"])
+
+
+@blp.route("/<batch_id>/items/<int:idx>", methods=["GET"])
+@blp.doc(summary="One item: its state, error, request body and, once completed, the upstream's response",
+         security=SECURITY)
+@blp.response(200, BatchItemDetailSchema)
+def get_item(batch_id: str, idx: int) -> ResponseReturnValue:
+    return service.get_item(_runtime(), request_caller(), batch_id, idx)
 
 
 @blp.route("/<batch_id>/results", methods=["GET"])

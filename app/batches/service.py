@@ -16,13 +16,19 @@ import psycopg
 from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
 from app.batches import budget, pacing, store
-from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
+from app.batches.errors import (
+    BatchAlreadyFinished,
+    BatchBodyTooLarge,
+    BatchNotFinished,
+    BatchNotFound,
+    ItemNotFound,
+)
 from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
-from app.payloads import PayloadStore
+from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
 from schemas.batch_ids import parse_batch_id
@@ -158,15 +164,16 @@ def _noting(models: Iterable[str], seen: set[str]) -> Iterator[str]:
 
 
 def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,
-              limit: int = 100) -> dict[str, Any]:
-    """The batch object with counts and one page of items (optionally of one state). A caller of None is the
-    operator (admin routes only): any owner's batch."""
+              limit: int = 100, custom_id: str | None = None) -> dict[str, Any]:
+    """The batch object with counts and one page of items (optionally of one state, or whose custom_id starts with
+    CUSTOM_ID). A caller of None is the operator (admin routes only): any owner's batch."""
     with runtime.pool.connection() as conn:
         row = owned_batch(conn, caller, batch_id)
         counts, cost = store.progress(conn, row["id"], row["total"])
         if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
-        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
+        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1,
+                                 custom_id=custom_id) if limit else []
         names = store.attribution_names(conn, row)
         usage = _usages(conn, [row])
     next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
@@ -253,6 +260,28 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     return {"id": row["id"], "object": "batch", "deleted": True}
 
 
+def get_item(runtime: Runtime, caller: Caller | None, batch_id: str, idx: int) -> dict[str, Any]:
+    """One item with its request and, once completed, its response (as stored; None where this replica cannot see
+    them). A caller of None is the operator."""
+    with runtime.pool.connection() as conn:
+        row = _owned(conn, caller, batch_id)
+        item = store.get_item(conn, row["id"], idx)
+    if item is None:
+        raise ItemNotFound(message=f"the batch has no item {idx} (its items are 0 to {row['total'] - 1})")
+    payloads = payload_store(runtime)
+    segment, offset, length = (item.pop(k) for k in ("response_segment", "response_offset", "response_length"))
+    try:
+        request = json.loads(payloads.read_request(row["id"], idx))
+    except (PayloadMissing, ValueError):
+        request = None
+    response = None
+    if item["state"] == "completed":
+        ref = ResponseRef(segment, offset, length) if segment is not None else None
+        stored = payloads.read_response(row["id"], idx, ref)
+        response = json.loads(stored) if stored else None
+    return {**item, "batch_id": row["id"], "request": request, "response": response}
+
+
 def _all_final(counts: dict[str, int]) -> bool:
     return not counts.get("queued") and not counts.get("running")
 
@@ -289,8 +318,9 @@ _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
 def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> list[bytes]:
     """One JSON object per row: idx, state, the response of a completed item if visible here, the error."""
     responses = iter(payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"]))
-    return [result_entry(idx, state, next(responses) if state == "completed" else None, error)
-            for idx, _segment, _offset, _length, state, error in rows]
+    return [result_entry(idx, state, next(responses) if state == "completed" else None, error,
+                         b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
+            for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
 
 
 def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,

@@ -21,8 +21,8 @@ from psycopg.rows import tuple_row
 
 Row = dict[str, Any]
 Conn = Connection[Any]
-# idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error
-ResultRow = tuple[int, str | None, int | None, int | None, str, Any]
+# idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error, custom_id
+ResultRow = tuple[int, str | None, int | None, int | None, str, Any, str | None]
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
@@ -146,14 +146,21 @@ def finished_usage(conn: Conn, batch_ids: Sequence[UUID]) -> dict[UUID, Row]:
     return {row["batch_id"]: row for row in rows}
 
 
-def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int) -> list[Row]:
-    """A page of items in idx order, optionally of one state."""
-    sql = ("SELECT idx, state, model, error, error_code, started_at, finished_at, source_idx FROM batch_items"
-           " WHERE batch_id = %s AND idx > %s")
+_ITEM_COLUMNS = "idx, custom_id, state, model, error, error_code, started_at, finished_at, source_idx"
+
+
+def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int,
+               custom_id: str | None = None) -> list[Row]:
+    """A page of items in idx order, optionally of one state, or whose custom_id starts with CUSTOM_ID (a search:
+    the batch's items are read in idx order, custom_id has no index so that storing items stays cheap)."""
+    sql = f"SELECT {_ITEM_COLUMNS} FROM batch_items WHERE batch_id = %s AND idx > %s"
     params: list[Any] = [batch_id, after]
     if state is not None:
         sql += " AND state = %s"
         params.append(state)
+    if custom_id is not None:
+        sql += " AND starts_with(custom_id, %s)"
+        params.append(custom_id)
     sql += " ORDER BY idx LIMIT %s"
     params.append(limit)
     return conn.execute(sql, params).fetchall()
@@ -171,11 +178,19 @@ def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None
     return conn.execute(sql, params).fetchall()
 
 
+def get_item(conn: Conn, batch_id: UUID, idx: int) -> Row | None:
+    """One item with where its response is stored."""
+    return conn.execute(  # type: ignore[no-any-return]
+        f"SELECT {_ITEM_COLUMNS}, response_segment, response_offset, response_length FROM batch_items"
+        " WHERE batch_id = %s AND idx = %s", (batch_id, idx)).fetchone()
+
+
 def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[ResultRow]:
-    """(idx, response segment, offset, length, state, error) of the next LIMIT items after AFTER, in idx order."""
+    """(idx, response segment, offset, length, state, error, custom_id) of the next LIMIT items after AFTER, in idx
+    order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error FROM batch_items"
-                " WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
+    cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error, custom_id"
+                " FROM batch_items WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()
 
 

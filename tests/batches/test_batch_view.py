@@ -41,3 +41,20 @@ def test_a_cancel_answer_lists_no_items_and_says_there_is_no_next_page(client, m
     cancelled = client.post(f"/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"})
     assert cancelled.status_code == 200 and cancelled.json["items"] == []
     assert cancelled.json["items_next_after"] is None
+
+
+@pytest.mark.parametrize("member", [b'"custom_id": "q-1"', b'"custom\\u005fid": "q-1"', b'"custom_id": null'])
+@pytest.mark.parametrize("shape_first", [True, False])  # the typed path, and the scanner (shape after requests)
+def test_a_custom_id_inside_a_native_request_body_is_refused_naming_the_item(client, key, member: bytes,  # type: ignore[no-untyped-def]
+                                                                           shape_first: bool) -> None:
+    good = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+    bad = good[:-1] + b", " + member + b"}"
+    requests_ = b'"requests": [' + b", ".join([good, good, bad]) + b"]"
+    body = b'{"shape": "openai", ' + requests_ + b"}" if shape_first else b"{" + requests_ + b', "shape": "openai"}'
+    res = client.post("/v1/batches", data=body, content_type="application/json",
+                      headers={"Authorization": f"Bearer {key}"})
+    assert res.status_code == 400, res.get_data(as_text=True)
+    error = res.json["error"]
+    assert error["code"] == "invalid_batch" and error["message"].startswith("invalid batch: requests[2].custom_id: ")
+    assert error["details"] == [{"idx": 2, "field": "custom_id", "message": error["details"][0]["message"]}]
+    assert "OpenAI or Anthropic batch API" in error["details"][0]["message"]
