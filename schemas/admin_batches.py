@@ -28,6 +28,8 @@ class AdminBatchListArgs(Schema):
     status = fields.String(validate=validate.OneOf(BATCH_STATUSES), metadata={"description": "queued or cancelled"})
     finished = fields.Boolean(truthy={"true", "1"}, falsy={"false", "0"},
                               metadata={"description": "true: every item is final; false: some are queued or running"})
+    search = fields.String(validate=[validate.Length(1, 200), PRINTABLE], metadata={
+        "description": "a batch id (any spelling), or text its metadata holds (any case)"})
 
     @validates_schema
     def _range_is_ordered(self, data: dict[str, Any], **kwargs: Any) -> None:

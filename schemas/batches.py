@@ -120,6 +120,12 @@ class BatchListArgs(Schema):
                           metadata={"description": "OpenAI view: the last id of the previous page"})
     cursor = fields.String(load_default=None,
                            metadata={"description": "Relay's view: `next_cursor` of the previous page"})
+    status = fields.String(load_default=None, validate=validate.OneOf(BATCH_STATUSES),
+                           metadata={"description": "Relay's view: queued or cancelled"})
+    finished = fields.Boolean(load_default=None, truthy={"true", "1"}, falsy={"false", "0"}, metadata={
+        "description": "Relay's view: true: every item is final; false: some are queued or running"})
+    search = fields.String(load_default=None, validate=[validate.Length(1, 200), PRINTABLE], metadata={
+        "description": "Relay's view: a batch id (any spelling), or text its metadata holds (any case)"})
 
 
 class BatchResultsArgs(Schema):

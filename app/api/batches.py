@@ -100,7 +100,8 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
     caller = request_caller()
     if args["format"] == "openai":
         return openai_batches.list_answer(caller, args["after"], args["limit"])
-    found = service.list_batches(_runtime(), caller, limit=args["limit"], cursor=args["cursor"])
+    found = service.list_batches(_runtime(), caller, limit=args["limit"], cursor=args["cursor"],
+                                 status=args["status"], finished=args["finished"], search=args["search"])
     data = found["data"]
     return {"object": "list", **found, "first_id": str(data[0]["id"]) if data else None,
             "last_id": str(data[-1]["id"]) if data else None, "has_more": found["next_cursor"] is not None}

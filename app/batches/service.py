@@ -182,11 +182,13 @@ def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: 
                          usage=usage.get(row["id"])), **names}
 
 
-def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
-    """The caller's own batches, newest first, with a cursor for the next page."""
+def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None,
+                 **filters: Any) -> dict[str, Any]:
+    """The caller's own batches matching FILTERS (status, finished, search: see store.state_clauses), newest
+    first, with a cursor for the next page."""
     before = _decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
-        rows = store.list_batches(conn, caller.owner, before=before, limit=limit)
+        rows = store.list_batches(conn, caller.owner, before=before, limit=limit, **filters)
         usage = _usages(conn, rows)
     return _page([summary_view(r, usage.get(r["id"])) for r in rows], limit)
 

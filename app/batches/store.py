@@ -19,6 +19,8 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from schemas.batch_ids import parse_batch_id
+
 Row = dict[str, Any]
 Conn = Connection[Any]
 # idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error, custom_id
@@ -166,16 +168,35 @@ def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, lim
     return conn.execute(sql, params).fetchall()
 
 
-def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None, limit: int) -> list[Row]:
-    """The owner's batches, newest first, strictly older than BEFORE (created_at, id)."""
-    sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE owner = %s"
-    params: list[Any] = [owner]
+def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None, limit: int,
+                 status: str | None = None, finished: bool | None = None, search: str | None = None) -> list[Row]:
+    """The owner's batches matching the filters (see state_clauses), newest first, strictly older than BEFORE
+    (created_at, id)."""
+    clauses, params = state_clauses(status=status, finished=finished, search=search)
+    clauses.insert(0, "e.owner = %s")
+    params.insert(0, owner)
     if before is not None:
-        sql += " AND (created_at, id) < (%s, %s)"
+        clauses.append("(e.created_at, e.id) < (%s, %s)")
         params.extend(before)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT %s"
-    params.append(limit)
-    return conn.execute(sql, params).fetchall()
+    sql = (f"SELECT {_ALL_COLUMNS} FROM batches e WHERE {' AND '.join(clauses)}"
+           " ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
+    return conn.execute(sql, [*params, limit]).fetchall()
+
+
+def state_clauses(*, status: str | None, finished: bool | None, search: str | None) -> tuple[list[str], list[Any]]:
+    """Conditions over batches `e`: STATUS (queued, cancelled), FINISHED (every item final or not), SEARCH (the
+    batch's id in any spelling, or text found in its metadata, case-insensitively)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append("e.status = %s")
+        params.append(status)
+    if finished is not None:
+        clauses.append("e.finished_at IS NOT NULL" if finished else "e.finished_at IS NULL")
+    if search is not None:
+        clauses.append("(e.id = %s OR strpos(lower(e.metadata::text), lower(%s)) > 0)")
+        params += [parse_batch_id(search.strip()), search]
+    return clauses, params
 
 
 def get_item(conn: Conn, batch_id: UUID, idx: int) -> Row | None:
@@ -350,20 +371,18 @@ def finish_batches(conn: Conn) -> int:
 def list_all_batches(conn: Conn, *, before: tuple[datetime, UUID] | None, limit: int, principal: str | None = None,
                      credential: UUID | None = None, policy: str | None = None, created_from: datetime | None = None,
                      created_to: datetime | None = None, status: str | None = None,
-                     finished: bool | None = None) -> list[Row]:
+                     finished: bool | None = None, search: str | None = None) -> list[Row]:
     """Batches of every owner matching the filters (all combined with AND), newest first, strictly older than
     BEFORE; each with its policy and principal names. PRINCIPAL and POLICY take a name or an id."""
     from app.usage.store import PRINCIPAL_NAME, name_or_id_clause, principal_clause  # the usage filters' rules
 
-    clauses: list[str] = ["true"]
-    params: list[Any] = []
+    clauses, params = state_clauses(status=status, finished=finished, search=search)
+    clauses.insert(0, "true")
     for clause, value in (("e.credential_id = %s", credential), ("e.created_at >= %s", created_from),
-                          ("e.created_at < %s", created_to), ("e.status = %s", status)):
+                          ("e.created_at < %s", created_to)):
         if value is not None:
             clauses.append(clause)
             params.append(value)
-    if finished is not None:
-        clauses.append("e.finished_at IS NOT NULL" if finished else "e.finished_at IS NULL")
     named = [principal_clause(principal) if principal is not None else None,
              name_or_id_clause("policy_id", "policies", policy) if policy is not None else None]
     for clause, values in filter(None, named):

@@ -58,3 +58,25 @@ def test_a_custom_id_inside_a_native_request_body_is_refused_naming_the_item(cli
     assert error["code"] == "invalid_batch" and error["message"].startswith("invalid batch: requests[2].custom_id: ")
     assert error["details"] == [{"idx": 2, "field": "custom_id", "message": error["details"][0]["message"]}]
     assert "OpenAI or Anthropic batch API" in error["details"][0]["message"]
+
+
+def test_the_callers_list_filters_by_state_and_searches_ids_and_metadata(client, admin, make_key, workers) -> None:  # type: ignore[no-untyped-def]
+    key = make_key()["key"]
+    done = submit(client, key, [CHAT], metadata={"name": "Nightly Evals", "team": "search"}).json["id"]
+    wait_finished(client, key, done)
+    stopped = submit(client, key, [CHAT], metadata={"name": "weekly"}).json["id"]
+    client.post(f"/v1/batches/{stopped}/cancel", headers={"Authorization": f"Bearer {key}"})
+
+    def ids(**params: str) -> list[str]:
+        res = get(client, key, "/v1/batches", format="relay", **params)
+        assert res.status_code == 200, res.get_data(as_text=True)
+        return [b["id"] for b in res.json["data"]]
+
+    assert ids() == [stopped, done]
+    assert ids(status="cancelled") == [stopped] and ids(status="queued") == [done]
+    assert ids(finished="true") == [stopped, done] and ids(finished="false") == []  # nothing was running
+    assert ids(search="nightly evals") == [done] and ids(search="WEEKLY") == [stopped]
+    assert ids(search=f"msgbatch_{done.replace('-', '')}") == [done] and ids(search="no such text") == []
+    every = admin("GET", "/admin/batches", query_string={"search": "Nightly"}).json["data"]
+    assert done in [b["id"] for b in every] and stopped not in [b["id"] for b in every]
+    assert get(client, key, "/v1/batches", format="relay", status="done").status_code == 400
