@@ -192,6 +192,6 @@ def _flatten(problems: Any) -> list[str]:
     return [str(problems)]
 
 
-__all__ = ["MAX_ERRORS", "NO_CUSTOM_ID", "SHAPES", "STRICT_JSON", "SURROGATE_ESCAPE", "ItemError", "UnsupportedNumber", "item_errors",
-           "json_depth", "json_problem", "text_problem", "typed_item_needs_no_checks",
+__all__ = ["MAX_ERRORS", "NO_CUSTOM_ID", "SHAPES", "STRICT_JSON", "SURROGATE_ESCAPE", "ItemError", "UnsupportedNumber",
+           "item_errors", "json_depth", "json_problem", "text_problem", "typed_item_needs_no_checks",
            "validate_envelope"]
