@@ -22,7 +22,8 @@ from tests.processes import ROOT, start_api
 pytestmark = pytest.mark.integration
 
 
-def cli(url: str, secret: str, *args: str, command: str = "batches", flag: str = "--key") -> subprocess.CompletedProcess[str]:
+def cli(url: str, secret: str, *args: str, command: str = "batches",
+        flag: str = "--key") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RELAY_KEY", "RELAY_ADMIN_TOKEN")}
     return subprocess.run([sys.executable, "-m", "app.cli", command, *args, "--url", url, flag, secret], cwd=ROOT,
                           capture_output=True, text=True, timeout=180, check=False, env=env)
@@ -67,7 +68,8 @@ def test_status_list_and_results_speak_to_people_and_json_stays_for_scripts(rela
     assert json.loads(cli(relay_api.url, key, "status", batch_id, "--json").stdout)["id"] == batch_id
     listed = cli(relay_api.url, key, "list", "--search", "nightly").stdout.splitlines()
     assert listed[0].split() == ["ID", "CREATED", "API", "SHAPE", "STATE", "ITEMS", "COST", "NAME"]
-    assert listed[1].startswith(batch_id) and listed[1].split()[-4:-2] == ["done", "3"] and listed[1].endswith("nightly")
+    assert listed[1].startswith(batch_id) and listed[1].split()[-4:-2] == ["done", "3"]
+    assert listed[1].endswith("nightly")
     out = tmp_path / "out.jsonl"
     written = cli(relay_api.url, key, "results", batch_id, "-o", str(out))
     assert written.returncode == 0 and written.stdout == f"wrote 3 results ({out.stat().st_size} bytes) to {out}\n"
@@ -134,9 +136,9 @@ def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_
     upstream.control("sk-batch-slow", latency_ms=2_500)  # below the items' 4 s limit
     api = start_api(settings_env, tmp_path)
     port = int(api.url.rsplit(":", 1)[1])
-    waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit", str(_jsonl(tmp_path, *[CHAT] * 4)),
-                                "--shape", "openai", "--wait", "--url", api.url, "--key", slow], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
+                                str(_jsonl(tmp_path, *[CHAT] * 4)), "--shape", "openai", "--wait", "--url", api.url,
+                                "--key", slow], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: upstream.stats()["in_flight"] >= 4, timeout=30, what="the batch running")
         api.stop(signal.SIGTERM)
