@@ -6,9 +6,8 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from schemas.durations import DurationError, parse_duration
-
 from schemas.catalog import PRINTABLE
+from schemas.durations import DurationError, parse_duration
 
 SHAPES = ("openai", "anthropic", "openai_responses")
 ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
