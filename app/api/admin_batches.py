@@ -47,10 +47,10 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
                              custom_id=args["custom_id"])
 
 
-@blp.route("/batches/<batch_id>/items/<int:idx>", methods=["GET"])
+@blp.route("/batches/<batch_id>/items/<idx>", methods=["GET"])
 @documented(blp, "One item of any batch: its state, error, request body and response", 404)
 @blp.response(200, BatchItemDetailSchema)
-def get_item(batch_id: str, idx: int) -> ResponseReturnValue:
+def get_item(batch_id: str, idx: str) -> ResponseReturnValue:
     return service.get_item(runtime(), None, batch_id, idx)
 
 

@@ -119,11 +119,11 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
                              limit=args["limit"], custom_id=args["custom_id"])
 
 
-@blp.route("/<batch_id>/items/<int:idx>", methods=["GET"])
+@blp.route("/<batch_id>/items/<idx>", methods=["GET"])
 @blp.doc(summary="One item: its state, error, request body and, once completed, the upstream's response",
          security=SECURITY)
 @blp.response(200, BatchItemDetailSchema)
-def get_item(batch_id: str, idx: int) -> ResponseReturnValue:
+def get_item(batch_id: str, idx: str) -> ResponseReturnValue:
     return service.get_item(_runtime(), request_caller(), batch_id, idx)
 
 

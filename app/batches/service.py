@@ -262,14 +262,15 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     return {"id": row["id"], "object": "batch", "deleted": True}
 
 
-def get_item(runtime: Runtime, caller: Caller | None, batch_id: str, idx: int) -> dict[str, Any]:
-    """One item with its request and, once completed, its response (as stored; None where this replica cannot see
-    them). A caller of None is the operator."""
+def get_item(runtime: Runtime, caller: Caller | None, batch_id: str, text_idx: str) -> dict[str, Any]:
+    """One item (TEXT_IDX: its idx) with its request and, once completed, its response (as stored; None where this
+    replica cannot see them). A caller of None is the operator."""
     with runtime.pool.connection() as conn:
         row = _owned(conn, caller, batch_id)
-        item = store.get_item(conn, row["id"], idx)
+        idx = int(text_idx) if text_idx.isascii() and text_idx.isdigit() and len(text_idx) < 10 else -1
+        item = store.get_item(conn, row["id"], idx) if idx >= 0 else None
     if item is None:
-        raise ItemNotFound(message=f"the batch has no item {idx} (its items are 0 to {row['total'] - 1})")
+        raise ItemNotFound(message=f"the batch has no item {text_idx[:20]!r} (its items are 0 to {row['total'] - 1})")
     payloads = payload_store(runtime)
     segment, offset, length = (item.pop(k) for k in ("response_segment", "response_offset", "response_length"))
     try:

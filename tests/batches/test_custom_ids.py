@@ -49,7 +49,8 @@ def test_one_item_is_read_whole_by_its_idx(client, admin, key, make_key, workers
     assert (item["idx"], item["custom_id"], item["state"], item["batch_id"]) == (0, "only-one", "completed", batch_id)
     assert item["request"] == message("hi only-one") and item["response"]["type"] == "message"
     assert admin("GET", f"/admin/batches/{batch_id}/items/0").json == item
-    missing = get(client, key, f"/v1/batches/{batch_id}/items/1")
-    assert missing.status_code == 404 and missing.json["error"]["code"] == "item_not_found"
+    for missing_idx in ("1", "-1", "x", "9" * 30):
+        missing = get(client, key, f"/v1/batches/{batch_id}/items/{missing_idx}")
+        assert missing.status_code == 404 and missing.json["error"]["code"] == "item_not_found", missing_idx
     stranger = get(client, make_key()["key"], f"/v1/batches/{batch_id}/items/0")
     assert stranger.status_code == 404 and stranger.json["error"]["code"] == "batch_not_found"
