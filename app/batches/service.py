@@ -266,7 +266,7 @@ def get_item(runtime: Runtime, caller: Caller | None, batch_id: str, text_idx: s
     """One item (TEXT_IDX: its idx) with its request and, once completed, its response (as stored; None where this
     replica cannot see them). A caller of None is the operator."""
     with runtime.pool.connection() as conn:
-        row = _owned(conn, caller, batch_id)
+        row = owned_batch(conn, caller, batch_id)
         idx = int(text_idx) if text_idx.isascii() and text_idx.isdigit() and len(text_idx) < 10 else -1
         item = store.get_item(conn, row["id"], idx) if idx >= 0 else None
     if item is None:
