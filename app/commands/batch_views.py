@@ -24,10 +24,11 @@ def batch_state(batch: dict[str, Any]) -> str:
     return "running" if sum(counts.get(s, 0) for s in (*FINAL, "running")) else "queued"
 
 
-def cost(usage: dict[str, Any] | None) -> str:
-    """`$0.000123` for a finished batch's usage, `unpriced` when no price is known, `—` before it finishes."""
+def cost(usage: dict[str, Any] | None, so_far: str | None = None) -> str:
+    """`$0.000123` for a finished batch's usage, `unpriced` when no price is known; before it finishes, what its
+    final items cost SO_FAR (`$0.000100 so far`), or `—`."""
     if usage is None:
-        return "—"
+        return f"${float(so_far):.6f} so far" if so_far and float(so_far) > 0 else "—"
     if usage["cost_usd"] is None:
         return "unpriced"
     return f"${float(usage['cost_usd']):.6f}"
@@ -48,6 +49,8 @@ def batch_summary(batch: dict[str, Any]) -> list[str]:
              f"  created {when(batch['created_at'])}, finished {when(batch['finished_at'])}"
              + (f", cancelled {when(batch['cancelled_at'])}" if batch.get("cancelled_at") else "")]
     usage = batch.get("usage")
+    if usage is None and float(batch.get("cost_usd") or 0) > 0:
+        lines.append(f"  cost {cost(None, batch['cost_usd'])}")
     if usage is not None:
         lines.append(f"  cost {cost(usage)}, tokens {usage['input_tokens']} in / {usage['output_tokens']} out"
                      + (f", {usage['unpriced']} unpriced" if usage["unpriced"] else ""))

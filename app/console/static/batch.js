@@ -100,7 +100,11 @@ function timings(batch) {
 
 function cost(batch) {
   const u = batch.usage;
-  if (!u) return h("p", { class: "muted", id: "batch-cost" }, "Known once every item is final.");
+  if (!u) {
+    return h("p", { class: "muted", id: "batch-cost" }, Number(batch.cost_usd) > 0
+      ? `${usd(batch.cost_usd)} so far (its final items); tokens are counted once every item is final.`
+      : "Known once items are final.");
+  }
   return dl([
     ["Cost", h("strong", {}, usd(u.cost_usd))],
     ["Tokens in", String(u.input_tokens)], ["Tokens out", String(u.output_tokens)],

@@ -35,9 +35,12 @@ export function batchName(batch) {
   return typeof name === "string" && name ? name : null;
 }
 
-// What a finished batch cost, for a table cell: `$0.0012`, `unpriced`, or `—` until it has finished.
+// What a batch cost, for a table cell: `$0.0012` (or `unpriced`) once finished, what its final items cost so far
+// while it runs, `—` before anything cost.
 export function batchCost(batch) {
-  return batch.usage ? usd(batch.usage.cost_usd) : h("span", { class: "muted", title: "known once it finishes" }, "—");
+  if (batch.usage) return usd(batch.usage.cost_usd);
+  if (Number(batch.cost_usd) > 0) return h("span", { title: "the items final so far" }, `${usd(batch.cost_usd)} so far`);
+  return h("span", { class: "muted", title: "known once items finish" }, "—");
 }
 
 // A live table of batches with QUERY; PAGER builds the href of another page from a cursor; FILTERED says whether
