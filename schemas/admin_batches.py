@@ -28,6 +28,8 @@ class AdminBatchListArgs(Schema):
     status = fields.String(validate=validate.OneOf(BATCH_STATUSES), metadata={"description": "queued or cancelled"})
     finished = fields.Boolean(truthy={"true", "1"}, falsy={"false", "0"},
                               metadata={"description": "true: every item is final; false: some are queued or running"})
+    search = fields.String(validate=[validate.Length(1, 200), PRINTABLE], metadata={
+        "description": "a batch id (any spelling), or text its metadata holds (any case)"})
 
     @validates_schema
     def _range_is_ordered(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -66,6 +68,14 @@ class QueueSchema(Schema):
     consumers = fields.Integer(allow_none=True)
 
 
+class WaitingItemsSchema(Schema):
+    queued = fields.Integer(metadata={"description": "items of unfinished batches not started yet"})
+    unpublished = fields.Integer(metadata={
+        "description": "of those, items still only in Postgres: the dispatcher publishes a window of them at a time"
+                       " (messages of up to 8 items), sized to the live workers' threads"})
+    running = fields.Integer(metadata={"description": "items running now on the workers"})
+
+
 class FleetSchema(Schema):
     """Worker processes from their heartbeats, and the item queue."""
 
@@ -73,4 +83,5 @@ class FleetSchema(Schema):
     alive = fields.Integer()
     lost_after_s = fields.Float()
     queue = fields.Nested(QueueSchema)
+    items = fields.Nested(WaitingItemsSchema)
     broker_ui_url = fields.String(allow_none=True, metadata={"description": "RELAY_BROKER_UI_URL, when set"})

@@ -6,6 +6,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
+from schemas.catalog import PRINTABLE
 from schemas.durations import DurationError, parse_duration
 
 SHAPES = ("openai", "anthropic", "openai_responses")
@@ -101,6 +102,8 @@ class BatchItemsArgs(BatchFormatArgs):
     after = fields.Integer(validate=validate.Range(min=-1), load_default=-1,
                            metadata={"description": "list items with idx greater than this"})
     limit = fields.Integer(validate=validate.Range(min=0, max=MAX_ITEMS_PAGE), load_default=100)
+    custom_id = fields.String(load_default=None, validate=[validate.Length(1, 512), PRINTABLE], metadata={
+        "description": "list items whose custom_id starts with this (batches of the OpenAI and Anthropic APIs)"})
 
 
 class BatchListArgs(Schema):
@@ -116,6 +119,12 @@ class BatchListArgs(Schema):
                           metadata={"description": "OpenAI view: the last id of the previous page"})
     cursor = fields.String(load_default=None,
                            metadata={"description": "Relay's view: `next_cursor` of the previous page"})
+    status = fields.String(load_default=None, validate=validate.OneOf(BATCH_STATUSES),
+                           metadata={"description": "Relay's view: queued or cancelled"})
+    finished = fields.Boolean(load_default=None, truthy={"true", "1"}, falsy={"false", "0"}, metadata={
+        "description": "Relay's view: true: every item is final; false: some are queued or running"})
+    search = fields.String(load_default=None, validate=[validate.Length(1, 200), PRINTABLE], metadata={
+        "description": "Relay's view: a batch id (any spelling), or text its metadata holds (any case)"})
 
 
 class BatchResultsArgs(Schema):
@@ -143,6 +152,8 @@ class BatchItemSchema(Schema):
     idx = fields.Integer()
     source_idx = fields.Integer(allow_none=True, metadata={
         "description": "a re-run's item: its idx in the chain's original batch (`original_id`); null otherwise"})
+    custom_id = fields.String(allow_none=True, metadata={
+        "description": "the caller's id of the request (OpenAI and Anthropic batch APIs); null for Relay's own"})
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     model = fields.String(allow_none=True)
     error = fields.String(allow_none=True)
@@ -151,11 +162,33 @@ class BatchItemSchema(Schema):
     finished_at = fields.DateTime(allow_none=True)
 
 
+class BatchUsageSchema(Schema):
+    """A finished batch's tokens and cost, summed from its items' usage events (null while items run)."""
+
+    input_tokens = fields.Integer()
+    output_tokens = fields.Integer()
+    cached_tokens = fields.Integer()
+    cost_nanos = fields.Integer(allow_none=True, metadata={"description": "nano-dollars; null when only unpriced"})
+    cost_usd = fields.String(allow_none=True, metadata={"description": "cost_nanos as an exact decimal string"})
+    unpriced = fields.Integer(metadata={"description": "completed items without a price"})
+
+
+class BatchItemDetailSchema(BatchItemSchema):
+    """`GET /v1/batches/{id}/items/{idx}`: one item with its request and response."""
+
+    batch_id = fields.UUID()
+    request = fields.Raw(allow_none=True, metadata={"description": "the request body as submitted (null when this "
+                                                                  "replica cannot read it)"})
+    response = fields.Raw(allow_none=True, metadata={"description": "the upstream's body, completed items only"})
+
+
 class BatchSummarySchema(Schema):
     """A batch without its counts and items (as listed)."""
 
     id = fields.UUID()
     object = fields.Constant("batch")
+    api = fields.String(validate=validate.OneOf(("relay", "openai", "anthropic")),
+                        metadata={"description": "the API that created the batch"})
     status = fields.String(validate=validate.OneOf(BATCH_STATUSES))
     shape = fields.String(validate=validate.OneOf(SHAPES))
     total = fields.Integer()
@@ -180,6 +213,8 @@ class BatchSummarySchema(Schema):
     rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
     original_id = fields.UUID(allow_none=True, metadata={
         "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})
+    usage = fields.Nested(BatchUsageSchema, allow_none=True, metadata={
+        "description": "once the batch has finished: its tokens and cost (null before)"})
 
 
 class PacingSchema(Schema):
@@ -196,8 +231,14 @@ class PacingSchema(Schema):
 
 
 class BatchSchema(BatchSummarySchema):
-    """A batch with its counts per item state, its recorded cost and one page of items."""
+    """A batch with its counts per item state, its recorded cost, one page of items, and the names behind its
+    attribution ids."""
 
+    policy = fields.String(allow_none=True, metadata={"description": "policy name"})
+    project = fields.String(allow_none=True, metadata={"description": "project name"})
+    team = fields.String(allow_none=True, metadata={"description": "team name"})
+    principal = fields.String(allow_none=True, metadata={"description": "principal name"})
+    credential = fields.String(allow_none=True, metadata={"description": "a relay key's name (or prefix)"})
     counts = fields.Nested(CountsSchema)
     cost_usd = fields.String(metadata={
         "description": "the recorded cost of its final items in dollars, an exact decimal (`\"0.000001234\"`), "
@@ -225,6 +266,7 @@ class BatchResultSchema(Schema):
     """One entry of `GET /v1/batches/{id}/results` (documentation: the endpoint streams raw JSON)."""
 
     idx = fields.Integer()
+    custom_id = fields.String(metadata={"description": "batches of the OpenAI and Anthropic APIs only"})
     state = fields.String(validate=validate.OneOf(ITEM_STATES))
     response = fields.Raw(metadata={"description": "the upstream's body, completed items only"})
     error = fields.String(metadata={"description": "discarded and cancelled items"})

@@ -93,6 +93,14 @@ class RequestCountsSchema(Schema):
     failed = fields.Integer()
 
 
+class OpenAIBatchUsageSchema(Schema):
+    input_tokens = fields.Integer()
+    input_tokens_details = fields.Dict(metadata={"description": "{cached_tokens}"})
+    output_tokens = fields.Integer()
+    output_tokens_details = fields.Dict(metadata={"description": "{reasoning_tokens} (Relay counts none: 0)"})
+    total_tokens = fields.Integer()
+
+
 class OpenAIBatchSchema(Schema):
     id = fields.String()
     object = fields.Constant("batch")
@@ -114,6 +122,9 @@ class OpenAIBatchSchema(Schema):
     cancelled_at = fields.Integer(allow_none=True)
     request_counts = fields.Nested(RequestCountsSchema)
     metadata = fields.Dict(allow_none=True)
+    model = fields.String(allow_none=True, metadata={"description": "the model the batch's (first) request names"})
+    usage = fields.Nested(OpenAIBatchUsageSchema, allow_none=True, metadata={
+        "description": "the batch's tokens, exact, once it has ended (null before)"})
 
 
 class OpenAIBatchListSchema(Schema):

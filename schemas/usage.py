@@ -6,6 +6,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from schemas.batch_ids import BatchIdField
 from schemas.catalog import PRINTABLE
 
 SOURCES = ("live", "batch")
@@ -58,7 +59,7 @@ class UsageFilterArgs(Schema):
     principal = fields.String(validate=_text(240), metadata={
         "description": "user or service account: a name or id, optionally prefixed `user:` or `service_account:`"})
     credential = fields.UUID(metadata={"description": "relay key id or inference token id"})
-    batch_id = fields.UUID()
+    batch_id = BatchIdField()
     status = fields.String(validate=validate.OneOf(STATUS_CLASSES), metadata={"description": "status class"})
     error_code = fields.String(validate=_text(200))
 
@@ -140,12 +141,14 @@ class SummaryRowSchema(Schema):
     """Counters for one group; the group's own keys (e.g. `model`, `policy_id`, `bucket`) sit beside them."""
 
     requests = fields.Integer()
-    errors = fields.Integer(metadata={"description": "status >= 400 or an error code"})
+    errors = fields.Integer(metadata={"description": "status >= 400 or an error code, except cancelled items"})
+    cancelled = fields.Integer(metadata={"description": "batch items cancelled or expired before they ran"})
     input_tokens = fields.Integer()
     output_tokens = fields.Integer()
     cached_tokens = fields.Integer()
-    cost_nanos = fields.Integer(metadata={"description": "sum of priced events, nano-dollars"})
-    cost_usd = fields.String(metadata={"description": "cost_nanos as an exact decimal string"})
+    cost_nanos = fields.Integer(allow_none=True, metadata={
+        "description": "sum of priced events, nano-dollars; null when the group's events are all unpriced"})
+    cost_usd = fields.String(allow_none=True, metadata={"description": "cost_nanos as an exact decimal string"})
     unpriced = fields.Integer(metadata={"description": "successful events without a price"})
 
 

@@ -46,6 +46,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     for name, value in settings.__dict__.items():
         env["RELAY_" + name.upper()] = str(value)
+    env["RELAY_WORKER_METRICS_PORT"] = "0"  # no workers' metrics server: a taken port would stop `relay worker`
     return env
 
 

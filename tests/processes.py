@@ -58,12 +58,14 @@ def start_relay(args: list[str], env: dict[str, str], log_path: Path) -> RelayPr
     return RelayProcess(proc=proc, log_path=log_path)
 
 
-def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, connections: int = 1000) -> RelayProcess:
-    """Start `relay api` on a free port and wait until /readyz answers 200."""
-    port = free_port()
+def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, connections: int = 1000,
+              port: int | None = None) -> RelayProcess:
+    """Start `relay api` on PORT (a free one by default: PORT is for a restart on the same address) and wait until
+    /readyz answers 200."""
+    port = port or free_port()
     api = start_relay(["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
                        "--connections", str(connections)],
-                      env, log_dir / f"api-{port}.log")
+                      env, log_dir / f"api-{port}-{time.monotonic_ns()}.log")
     api.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -17,7 +17,13 @@ from app.api.batches import results_response
 from app.batches import service
 from app.batches.fleet import fleet_status
 from schemas.admin_batches import AdminBatchListArgs, AdminBatchListSchema, FleetSchema
-from schemas.batches import BatchItemsArgs, BatchResultsArgs, BatchResultsSchema, BatchSchema
+from schemas.batches import (
+    BatchItemDetailSchema,
+    BatchItemsArgs,
+    BatchResultsArgs,
+    BatchResultsSchema,
+    BatchSchema,
+)
 
 blp = Blueprint("admin-batches", __name__, url_prefix="/admin",
                 description="Every owner's batches, the workers and the item queue (admin token)")
@@ -37,7 +43,15 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
 @blp.arguments(BatchItemsArgs, location="query", unknown=RAISE)
 @blp.response(200, BatchSchema)
 def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return service.get_batch(runtime(), None, batch_id, state=args["state"], after=args["after"], limit=args["limit"])
+    return service.get_batch(runtime(), None, batch_id, state=args["state"], after=args["after"], limit=args["limit"],
+                             custom_id=args["custom_id"])
+
+
+@blp.route("/batches/<batch_id>/items/<idx>", methods=["GET"])
+@documented(blp, "One item of any batch: its state, error, request body and response", 404)
+@blp.response(200, BatchItemDetailSchema)
+def get_item(batch_id: str, idx: str) -> ResponseReturnValue:
+    return service.get_item(runtime(), None, batch_id, idx)
 
 
 @blp.route("/batches/<batch_id>/results", methods=["GET"])

@@ -11,8 +11,10 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
 from app.api.callers import request_caller
+from app.api.openapi import error_answers
 from app.api.provider_common import read_json_bytes, routes, runtime, shape_errors
 from app.batches import anthropic_view
+from schemas.inference import ShapedErrorSchema
 from schemas.provider_batches import (
     AnthropicBatchListSchema,
     AnthropicBatchSchema,
@@ -67,7 +69,9 @@ def delete_message_batch(batch_id: str) -> ResponseReturnValue:
 
 
 @routes(blp, _paths("/<batch_id>/cancel"), ["POST"])
-@blp.doc(summary="Cancel a message batch: queued requests never run, running ones are stopped")
+@blp.doc(summary="Cancel a message batch: queued requests never run, running ones are stopped; 409 batch_finished"
+                 " once its processing has ended")
+@error_answers(blp, 409, schema=ShapedErrorSchema)
 @blp.response(200, AnthropicBatchSchema)
 def cancel_message_batch(batch_id: str) -> ResponseReturnValue:
     return anthropic_view.cancel_batch(runtime(), request_caller(), batch_id)

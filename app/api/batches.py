@@ -23,13 +23,14 @@ from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
 from app.batches.rerun import KEEP, rerun_batch
-from app.batches.views import openai_batch_id, parse_batch_id
+from app.batches.views import openai_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
     BatchDeletedSchema,
     BatchEstimateSchema,
     BatchFormatArgs,
+    BatchItemDetailSchema,
     BatchItemsArgs,
     BatchListArgs,
     BatchListSchema,
@@ -99,7 +100,8 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
     caller = request_caller()
     if args["format"] == "openai":
         return openai_batches.list_answer(caller, args["after"], args["limit"])
-    found = service.list_batches(_runtime(), caller, limit=args["limit"], cursor=args["cursor"])
+    found = service.list_batches(_runtime(), caller, limit=args["limit"], cursor=args["cursor"],
+                                 status=args["status"], finished=args["finished"], search=args["search"])
     data = found["data"]
     return {"object": "list", **found, "first_id": str(data[0]["id"]) if data else None,
             "last_id": str(data[-1]["id"]) if data else None, "has_more": found["next_cursor"] is not None}
@@ -113,8 +115,16 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
     if _openai_view(caller, batch_id, args["format"]):
         return openai_batches.get_answer(caller, batch_id)
-    return service.get_batch(_runtime(), caller, _native_id(batch_id), state=args["state"], after=args["after"],
-                             limit=args["limit"])
+    return service.get_batch(_runtime(), caller, batch_id, state=args["state"], after=args["after"],
+                             limit=args["limit"], custom_id=args["custom_id"])
+
+
+@blp.route("/<batch_id>/items/<idx>", methods=["GET"])
+@blp.doc(summary="One item: its state, error, request body and, once completed, the upstream's response",
+         security=SECURITY)
+@blp.response(200, BatchItemDetailSchema)
+def get_item(batch_id: str, idx: str) -> ResponseReturnValue:
+    return service.get_item(_runtime(), request_caller(), batch_id, idx)
 
 
 @blp.route("/<batch_id>/results", methods=["GET"])
@@ -124,7 +134,7 @@ def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(200, BatchResultsSchema, content_type="application/json")
 @blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
-    return results_response(request_caller(), _native_id(batch_id), args["format"], merged=args["merged"])
+    return results_response(request_caller(), batch_id, args["format"], merged=args["merged"])
 
 
 def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, merged: bool = False) -> Response:
@@ -147,7 +157,7 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
     if _openai_view(caller, batch_id, args["format"]):
         return openai_batches.cancel_answer(caller, batch_id)
-    return service.cancel_batch(_runtime(), caller, _native_id(batch_id))
+    return service.cancel_batch(_runtime(), caller, batch_id)
 
 
 @blp.route("/<batch_id>/rerun", methods=["POST"])
@@ -165,7 +175,7 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(202, BatchSchema)
 def rerun(args: dict[str, Any], body: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    new_id, api = rerun_batch(_runtime(), caller, _native_id(batch_id), codes=body.get("codes"),
+    new_id, api = rerun_batch(_runtime(), caller, batch_id, codes=body.get("codes"),
                               metadata=body.get("metadata", KEEP), max_cost=body.get("max_cost", KEEP))
     if (args["format"] or ("openai" if api == "openai" else "relay")) == "openai":
         return answer("openai", lambda: openai_view.get_batch(_runtime(), caller, openai_batch_id(new_id)),
@@ -180,18 +190,12 @@ def _openai_view(caller: Caller, batch_id: str, requested: str | None) -> bool:
     return batch_id.startswith("batch_") or openai_batches.is_openai_batch(caller, batch_id)
 
 
-def _native_id(batch_id: str) -> str:
-    """The batch's UUID for `batch_<hex>` and `msgbatch_<hex>` ids (each API's spelling of the same batch)."""
-    parsed = parse_batch_id(batch_id)
-    return str(parsed) if parsed is not None else batch_id
-
-
 @blp.route("/<batch_id>", methods=["DELETE"])
 @blp.doc(summary="Delete a finished batch: its items and stored requests and responses (usage events stay)",
          description="409 `batch_not_finished` while items are queued or running; afterwards the batch is 404.")
 @blp.response(200, BatchDeletedSchema)
 def delete(batch_id: str) -> ResponseReturnValue:
-    return service.delete_batch(_runtime(), request_caller(), _native_id(batch_id))
+    return service.delete_batch(_runtime(), request_caller(), batch_id)
 
 
 def _too_large(limit: int) -> BatchBodyTooLarge:

@@ -12,6 +12,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 
 from app.api.callers import request_caller
+from app.api.openapi import error_answers
 from app.api.provider_common import SMALL_BODY, answer, json_object, load_object, routes, runtime, shape_errors
 from app.auth_model import Caller
 from app.batches import openai_files, openai_view, provider
@@ -19,6 +20,7 @@ from app.batches.openai_view import file_disk
 from app.batches.provider_errors import FileTooLarge
 from app.errors import RelayError, ValidationFailed
 from app.files.disk import FileDisk, StagedFile
+from schemas.inference import ShapedErrorSchema
 from schemas.provider_batches import (
     MULTIPART_FILE,
     FileListArgs,
@@ -142,7 +144,9 @@ def get_batch(batch_id: str) -> ResponseReturnValue:
 
 
 @routes(blp, ["/openai/v1/batches/<batch_id>/cancel"], ["POST"])
-@blp.doc(summary="Cancel a batch: queued requests never run, running ones are stopped")
+@blp.doc(summary="Cancel a batch: queued requests never run, running ones are stopped; 409 batch_finished once it"
+                 " is completed, expired or cancelled")
+@error_answers(blp, 409, schema=ShapedErrorSchema)
 @blp.response(200, OpenAIBatchSchema)
 def cancel_batch(batch_id: str) -> ResponseReturnValue:
     return openai_view.cancel_batch(runtime(), request_caller(), batch_id)

@@ -23,7 +23,7 @@ def create_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
     """A batch of the Messages requests in RAW (`{"requests": [{custom_id, params}, ...]}`); RERUN: the lineage of
     a re-run."""
     batch = from_anthropic_body(raw, max_requests=runtime.settings.batch_max_items)
-    batch_id = provider.create(runtime, caller, batch, columns={"api": API}, body_field="params", rerun=rerun)
+    batch_id = provider.create(runtime, caller, batch, columns={"api": API}, rerun=rerun)
     return get_batch(runtime, caller, anthropic_batch_id(batch_id))
 
 
@@ -32,7 +32,9 @@ def get_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
 
 
 def cancel_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
-    return anthropic_batch(*provider.cancel(runtime, caller, text_id, API))
+    """Cancel a batch before its processing ends ("any time before processing ends"); 409 after."""
+    return anthropic_batch(*provider.cancel(runtime, caller, text_id, API, ended=lambda row, _counts: (
+        f"message batch {anthropic_batch_id(row['id'])} has ended: it can no longer be canceled")))
 
 
 def list_batches(runtime: Runtime, caller: Caller, *, after_id: str | None, before_id: str | None,

@@ -69,3 +69,9 @@ class NothingToRerun(Conflict):
     error code."""
 
     code = "nothing_to_rerun"
+
+
+class ItemNotFound(NotFound):
+    """The batch (which the caller may see) has no item with that idx."""
+
+    code = "item_not_found"

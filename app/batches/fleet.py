@@ -12,11 +12,13 @@ from app.runtime import Runtime
 
 def fleet_status(runtime: Runtime) -> dict[str, Any]:
     """Every worker with a heartbeat row (alive when heard from within RELAY_WORKER_LOST_AFTER_S), the number
-    alive, and the item queue: messages ready and consumers by a passive declare (null when RabbitMQ cannot be
-    reached)."""
+    alive, the item queue (messages ready and consumers by a passive declare; null when RabbitMQ cannot be
+    reached), and the items waiting: queued in Postgres, most of them not yet published (a message holds up to 8
+    items, and only the dispatch window is in RabbitMQ at a time)."""
     settings = runtime.settings
     with runtime.pool.connection() as conn:
         workers = store.list_workers(conn, settings.worker_lost_after_s)
+        waiting = store.waiting_items(conn)
     counts = queue_counts(settings.broker_url, settings.queue_name)
     return {
         "workers": [{**row, "running": int(row["running"])} for row in workers],
@@ -24,5 +26,7 @@ def fleet_status(runtime: Runtime) -> dict[str, Any]:
         "lost_after_s": settings.worker_lost_after_s,
         "queue": {"name": settings.queue_name, "reachable": counts is not None,
                   "messages": counts[0] if counts else None, "consumers": counts[1] if counts else None},
+        "items": {"queued": int(waiting["queued"]), "unpublished": int(waiting["unpublished"]),
+                  "running": sum(int(row["running"]) for row in workers)},
         "broker_ui_url": settings.broker_ui_url or None,
     }

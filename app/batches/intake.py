@@ -110,8 +110,17 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
 
 _SPANS = msgspec.json.Decoder(_Spans)
 _STRICT = msgspec.json.Decoder()  # refuses what STRICT_JSON does: NaN, 1e999, 4,301-digit integers, lone surrogates
+
+
+def _without_custom_id(item_type: Any) -> Any:
+    """ITEM_TYPE with a `custom_id` member that must be absent: a body that has one (which no body may: see
+    validation.NO_CUSTOM_ID) fails the typed path, and the scanner names it."""
+    return msgspec.defstruct(item_type.__name__, [("custom_id", msgspec.UnsetType, msgspec.UNSET)],
+                             bases=(item_type,), module=__name__)
+
+
 _ITEMS: dict[str, msgspec.json.Decoder[Any]] = {
-    shape: msgspec.json.Decoder(adapter.batch_item_type) for shape, adapter in ADAPTERS.items()
+    shape: msgspec.json.Decoder(_without_custom_id(adapter.batch_item_type)) for shape, adapter in ADAPTERS.items()
     if adapter.batch_item_type is not None}
 # Each item decoder's type closed (closed_type): most items decode as it, once, and need no strict decode after.
 _CLOSED = {items: msgspec.json.Decoder(closed_type(items.type)) for items in _ITEMS.values()}

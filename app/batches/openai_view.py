@@ -12,7 +12,7 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import provider
+from app.batches import provider, provider_store, store
 from app.batches.origin import Rerun
 from app.batches.provider_errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
 from app.batches.provider_input import from_openai_jsonl
@@ -53,7 +53,7 @@ def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: 
                                   max_requests=runtime.settings.openai_batch_max_requests)
     columns = {"api": API, "endpoint": endpoint, "input_file_id": file_id,
                "completion_window": body["completion_window"]}
-    batch_id = provider.create(runtime, caller, batch, columns=columns, body_field="body",
+    batch_id = provider.create(runtime, caller, batch, columns=columns,
                                also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id),
                                rerun=rerun)
     return get_batch(runtime, caller, openai_batch_id(batch_id))
@@ -84,7 +84,9 @@ def get_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
 
 
 def cancel_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
-    row, counts = provider.cancel(runtime, caller, text_id, API)
+    """Cancel an in-progress batch; 409 once it is completed, expired or cancelled, in OpenAI's words."""
+    row, counts = provider.cancel(runtime, caller, text_id, API, ended=lambda row, counts: (
+        f"Cannot cancel a batch with status '{openai_batch(row, counts, {})['status']}'."))
     return _view(runtime, [row], {row["id"]: counts})[0]
 
 
@@ -97,10 +99,16 @@ def list_batches(runtime: Runtime, caller: Caller, *, after: str | None, limit: 
 
 
 def _view(runtime: Runtime, rows: list[dict[str, Any]], counts: dict[UUID, dict[str, int]]) -> list[dict[str, Any]]:
+    """OpenAI's batch objects of ROWS: with their result files, model, and (once ended) usage, exact from the
+    items' usage events, summed once per batch (store.finished_usage)."""
+    ids = [row["id"] for row in rows]
     with runtime.pool.connection() as conn:
-        files = files_store.batch_files(conn, [row["id"] for row in rows])
+        files = files_store.batch_files(conn, ids)
+        models = provider_store.first_models(conn, ids)
+        usage = store.finished_usage(conn, [row["id"] for row in rows if row["finished_at"] is not None])
     return [openai_batch(row, counts[row["id"]], {kind: file_id for (batch_id, kind), file_id in files.items()
-                                                  if batch_id == row["id"]}) for row in rows]
+                                                  if batch_id == row["id"]},
+                         model=models.get(row["id"]), usage=usage.get(row["id"])) for row in rows]
 
 
 def result_lines(runtime: Runtime, caller: Caller, batch_id: UUID, kind: str) -> Iterator[bytes]:

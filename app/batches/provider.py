@@ -15,7 +15,7 @@ import psycopg
 
 from app.auth_model import Caller
 from app.batches import provider_store, service, store
-from app.batches.errors import BatchNotFound, InvalidBatch
+from app.batches.errors import BatchAlreadyFinished, BatchNotFound, InvalidBatch
 from app.batches.origin import BatchOrigin, Rerun
 from app.batches.provider_input import ProviderBatch
 from app.batches.views import parse_batch_id
@@ -35,20 +35,19 @@ class Page:
     has_more: bool
 
 
-def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: dict[str, Any], body_field: str,
+def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: dict[str, Any],
            also: Callable[[psycopg.Connection[Any], UUID], None] | None = None, rerun: Rerun | None = None) -> UUID:
     """Submit BATCH through Relay's intake (the same validation, limits and storage as any batch); its id.
-    BODY_FIELD names the request body in the provider's input (`body`, `params`) in error details. With
-    RELAY_PROVIDER_BATCH_EXPIRY_S set, the batch's queued requests expire that long after now. RERUN: the lineage
-    of a re-run."""
-    raw = batch.finish()
+    With RELAY_PROVIDER_BATCH_EXPIRY_S set, the batch's queued requests expire that long after now. RERUN: the
+    lineage of a re-run."""
+    raw = batch.finish(max_item_bytes=runtime.settings.max_request_bytes)
     expiry = runtime.settings.provider_batch_expiry_s
     if expiry > 0:
         columns = {**columns, "expires_at": datetime.now(UTC) + timedelta(seconds=expiry)}
     try:
         created = service.submit_batch(runtime, caller, raw, BatchOrigin(columns, batch.custom_ids, also, rerun))
     except InvalidBatch as exc:
-        raise batch.remap(exc, body_field) from None
+        raise batch.remap(exc) from None
     return UUID(str(created["id"]))
 
 
@@ -91,13 +90,15 @@ def page(runtime: Runtime, caller: Caller, api: str, *, after: str | None, befor
     return Page(rows, counts, more)
 
 
-def cancel(runtime: Runtime, caller: Caller, text_id: str, api: str) -> tuple[Row, dict[str, int]]:
-    """Cancel the batch unless its processing has ended (then it is left as it is); the batch after."""
+def cancel(runtime: Runtime, caller: Caller, text_id: str, api: str,
+           ended: Callable[[Row, dict[str, int]], str]) -> tuple[Row, dict[str, int]]:
+    """Cancel the batch; the batch after. Once its processing has ended (cancelled or not) nothing is changed and
+    the answer is 409 batch_finished with ENDED(row, counts)'s message, as both providers answer."""
     row, counts = load(runtime, caller, text_id, api)
-    if row["finished_at"] is None:
-        service.cancel_batch(runtime, caller, str(row["id"]))
-        row, counts = load(runtime, caller, text_id, api)
-    return row, counts
+    if row["finished_at"] is not None:
+        raise BatchAlreadyFinished(message=ended(row, counts))
+    service.cancel_batch(runtime, caller, str(row["id"]))
+    return load(runtime, caller, text_id, api)
 
 
 def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[tuple[Outcome, Any]]:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
-from app.batches.intake import _decode, _skip  # the intake's JSON scanning steps (decode one value, skip spaces)
+from app.batches.intake import _decode, _skip, parse_batch  # the intake (its JSON steps: decode a value, skip spaces)
 from app.batches.validation import MAX_ERRORS, text_problem
+from app.errors import RelayError
 
 _ANTHROPIC_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 MAX_OPENAI_CUSTOM_ID = 512
@@ -29,6 +30,7 @@ class ProviderBatch:
     body: bytearray
     label: str  # how a position is told: "line {}" (OpenAI) or "requests[{}]" (Anthropic)
     key: str  # the name of the position in error details: "line" or "index"
+    body_field: str  # the name of the request body in the provider's input: "body" or "params"
     custom_ids: list[str] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)  # OpenAI: line number (1-based); Anthropic: index
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -43,21 +45,32 @@ class ProviderBatch:
             self.errors.append({self.key: position, "custom_id": custom_id if isinstance(custom_id, str) else None,
                                 "field": name, "message": message})
 
-    def finish(self) -> bytes:
-        """The submit body; InvalidBatch listing every bad item when there is one."""
-        if self.errors:
-            raise InvalidBatch(message=self.summary(self.errors), details=self.errors)
-        if not self.custom_ids:
+    def finish(self, max_item_bytes: int | None = None) -> bytes:
+        """The submit body; InvalidBatch listing every bad request when there is one: the envelope's problems and,
+        in the same answer, what the intake finds in the bodies of the other requests (one round, not two)."""
+        if not self.custom_ids and not self.errors:
             raise InvalidBatch(message="the batch holds no requests",
                                details=[{self.key: None, "custom_id": None, "field": "", "message": "is empty"}])
         self.body += b"]}"
         raw = bytes(self.body)
         self.body = bytearray()  # one copy of the body in memory, not two, while the intake reads it
-        return raw
+        if not self.errors:
+            return raw
+        errors = list(self.errors)
+        if self.custom_ids:
+            try:
+                parse_batch(raw, max_items=len(self.custom_ids), max_item_bytes=max_item_bytes)
+            except InvalidBatch as exc:
+                errors += self.remap(exc).details or []
+            except RelayError:
+                pass  # a body too large to check: the envelope's problems are told first
+        errors.sort(key=lambda e: -1 if e[self.key] is None else e[self.key])
+        raise InvalidBatch(message=self.summary(errors), details=errors[:MAX_ERRORS])
 
-    def remap(self, exc: InvalidBatch, body_field: str) -> InvalidBatch:
-        """The intake's errors (by item idx) told by position and custom_id, with BODY_FIELD before the field."""
-        details = []
+    def remap(self, exc: InvalidBatch) -> InvalidBatch:
+        """The intake's errors (by item idx) told by position and custom_id, with the body's field name before the
+        field."""
+        body_field, details = self.body_field, []
         for detail in exc.details or []:
             idx = detail.get("idx")
             if idx is None:
@@ -83,58 +96,71 @@ def from_openai_jsonl(lines: Iterable[bytes], *, shape: str, endpoint: str, meta
     """The batch of an OpenAI input file: every line `{custom_id, method: POST, url: ENDPOINT, body}`, custom_id
     unique; blank lines are skipped."""
     head = {"shape": shape, "metadata": metadata} if metadata is not None else {"shape": shape}
-    batch = ProviderBatch(bytearray(json.dumps(head)[:-1].encode() + b',"requests":['), "line {}", "line")
+    batch = ProviderBatch(bytearray(json.dumps(head)[:-1].encode() + b',"requests":['), "line {}", "line", "body")
     seen: set[str] = set()
+    requests = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        if len(batch.custom_ids) + len(batch.errors) >= max_requests:
+        if requests >= max_requests:
             raise BatchTooLarge(message=f"an input file holds at most {max_requests} requests")
+        requests += 1
         try:
             request = json.loads(line)
         except (ValueError, RecursionError):
             batch.fail(number, None, "", "is not a JSON object (each line holds one request)")
             continue
-        if (problem := _openai_line_problem(request, endpoint, seen)) is not None:
-            batch.fail(number, request.get("custom_id") if isinstance(request, dict) else None, *problem)
-            continue
-        seen.add(request["custom_id"])
-        batch.add(number, request["custom_id"], request["body"])
+        _take(batch, number, request, _openai_line_problems(request, endpoint, seen), seen)
     return batch
 
 
-def _openai_line_problem(request: Any, endpoint: str, seen: set[str]) -> tuple[str, str] | None:
+def _take(batch: ProviderBatch, position: int, request: Any, problems: list[tuple[str, str]],
+          seen: set[str]) -> None:
+    """Add REQUEST to BATCH, or record each of its PROBLEMS; its custom_id counts as seen either way."""
+    custom_id = request.get("custom_id") if isinstance(request, dict) else None
+    if isinstance(custom_id, str):
+        seen.add(custom_id)
+    if problems:
+        for name, message in problems:
+            batch.fail(position, custom_id, name, message)
+        return
+    batch.add(position, request["custom_id"], request[batch.body_field])
+
+
+def _openai_line_problems(request: Any, endpoint: str, seen: set[str]) -> list[tuple[str, str]]:
+    """Every problem of one line's envelope (its body is checked by the intake)."""
     if not isinstance(request, dict):
-        return "", "must be a JSON object {custom_id, method, url, body}"
-    custom_id = request.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_OPENAI_CUSTOM_ID:
-        return "custom_id", f"must be a string of 1 to {MAX_OPENAI_CUSTOM_ID} characters"
-    if (problem := text_problem(custom_id)) is not None:
-        return "custom_id", problem
-    if custom_id in seen:
-        return "custom_id", "is used by an earlier line: every custom_id must be unique"
+        return [("", "must be a JSON object {custom_id, method, url, body}")]
+    problems = _custom_id_problems(request.get("custom_id"), seen, "line")
     if request.get("method") != "POST":
-        return "method", "must be POST"
+        problems.append(("method", "must be POST"))
     if request.get("url") != endpoint:
-        return "url", f"must be the batch's endpoint {endpoint}"
+        problems.append(("url", f"must be the batch's endpoint {endpoint}"))
     if not isinstance(request.get("body"), dict):
-        return "body", "must be a JSON object (the request body)"
-    return None
+        problems.append(("body", "must be a JSON object (the request body)"))
+    return problems
+
+
+def _custom_id_problems(custom_id: Any, seen: set[str], earlier: str) -> list[tuple[str, str]]:
+    """OpenAI's rule for a custom_id: a unique string of 1 to 512 characters that can be stored."""
+    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_OPENAI_CUSTOM_ID:
+        return [("custom_id", f"must be a string of 1 to {MAX_OPENAI_CUSTOM_ID} characters")]
+    if (problem := text_problem(custom_id)) is not None:
+        return [("custom_id", problem)]
+    if custom_id in seen:
+        return [("custom_id", f"is used by an earlier {earlier}: every custom_id must be unique")]
+    return []
 
 
 def from_anthropic_body(raw: bytes | bytearray, *, max_requests: int) -> ProviderBatch:
     """The batch of an Anthropic create body `{"requests": [{custom_id, params}, ...]}`."""
-    batch = ProviderBatch(bytearray(b'{"shape":"anthropic","requests":['), "requests[{}]", "index")
+    batch = ProviderBatch(bytearray(b'{"shape":"anthropic","requests":['), "requests[{}]", "index", "params")
     seen: set[str] = set()
 
     def take(idx: int, request: Any) -> None:
         if idx >= max_requests:
             raise BatchTooLarge(message=f"a message batch holds at most {max_requests} requests")
-        if (problem := _anthropic_request_problem(request, seen)) is not None:
-            batch.fail(idx, request.get("custom_id") if isinstance(request, dict) else None, *problem)
-            return
-        seen.add(request["custom_id"])
-        batch.add(idx, request["custom_id"], request["params"])
+        _take(batch, idx, request, _anthropic_request_problems(request, seen), seen)
 
     try:
         _scan_requests(_text(raw), take)
@@ -143,19 +169,19 @@ def from_anthropic_body(raw: bytes | bytearray, *, max_requests: int) -> Provide
     return batch
 
 
-def _anthropic_request_problem(request: Any, seen: set[str]) -> tuple[str, str] | None:
+def _anthropic_request_problems(request: Any, seen: set[str]) -> list[tuple[str, str]]:
+    """Every problem of one request's envelope (its params are checked by the intake)."""
     if not isinstance(request, dict):
-        return "", "must be a JSON object {custom_id, params}"
-    if unknown := sorted(set(request) - {"custom_id", "params"}):
-        return unknown[0], "is not a field of a batch request"
+        return [("", "must be a JSON object {custom_id, params}")]
+    problems = [(name, "is not a field of a batch request") for name in sorted(set(request) - {"custom_id", "params"})]
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not _ANTHROPIC_CUSTOM_ID.fullmatch(custom_id):
-        return "custom_id", "must be 1 to 64 letters, digits, '_' or '-'"
-    if custom_id in seen:
-        return "custom_id", "is used by an earlier request: every custom_id must be unique"
+        problems.append(("custom_id", "must be 1 to 64 letters, digits, '_' or '-'"))
+    elif custom_id in seen:
+        problems.append(("custom_id", "is used by an earlier request: every custom_id must be unique"))
     if not isinstance(request.get("params"), dict):
-        return "params", "must be a JSON object (the Messages request)"
-    return None
+        problems.append(("params", "must be a JSON object (the Messages request)"))
+    return problems
 
 
 def _text(raw: bytes | bytearray) -> str:

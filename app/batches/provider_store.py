@@ -54,6 +54,13 @@ def counts_by_batch(conn: Conn, batch_ids: list[UUID]) -> dict[UUID, dict[str, i
     return found
 
 
+def first_models(conn: Conn, batch_ids: list[UUID]) -> dict[UUID, str | None]:
+    """The model its first request names, for each batch (OpenAI's batch object carries one model)."""
+    rows = conn.execute("SELECT batch_id, model FROM batch_items WHERE batch_id = ANY(%s) AND idx = 0",
+                        (batch_ids,)).fetchall()
+    return {row["batch_id"]: row["model"] for row in rows}
+
+
 def item_outcomes(conn: Conn, batch_id: UUID, *, after: int,
                   limit: int) -> list[tuple[int, str | None, str, str | None, str | None, int | None]]:
     """(idx, custom_id, state, error, error_code, status of its usage event) of the next LIMIT items after AFTER."""

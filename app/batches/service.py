@@ -16,15 +16,22 @@ import psycopg
 from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
 from app.batches import budget, pacing, store
-from app.batches.errors import BatchAlreadyFinished, BatchBodyTooLarge, BatchNotFinished, BatchNotFound
+from app.batches.errors import (
+    BatchAlreadyFinished,
+    BatchBodyTooLarge,
+    BatchNotFinished,
+    BatchNotFound,
+    ItemNotFound,
+)
 from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
 from app.errors import BadRequest, ServiceUnavailable
-from app.payloads import PayloadStore
+from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
-from app.usage.queries import cost_usd
+from app.usage.queries import cost_usd, known_cost
+from schemas.batch_ids import parse_batch_id
 from schemas.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -121,7 +128,8 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
         if isinstance(exc, psycopg.OperationalError):
             raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
         raise
-    return batch_view(row, {"queued": total}, items=[], next_after=-1, pacing=_pacing(runtime, row, total))
+    return batch_view(row, {"queued": total}, items=[], next_after=None,  # no item is listed: no next page
+                      pacing=_pacing(runtime, row, total))
 
 
 def option_columns(options: dict[str, Any]) -> dict[str, Any]:
@@ -156,26 +164,33 @@ def _noting(models: Iterable[str], seen: set[str]) -> Iterator[str]:
 
 
 def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: str | None = None, after: int = -1,
-              limit: int = 100) -> dict[str, Any]:
-    """The batch object with counts and one page of items (optionally of one state). A caller of None is the
-    operator (admin routes only): any owner's batch."""
+              limit: int = 100, custom_id: str | None = None) -> dict[str, Any]:
+    """The batch object with counts and one page of items (optionally of one state, or whose custom_id starts with
+    CUSTOM_ID). A caller of None is the operator (admin routes only): any owner's batch."""
     with runtime.pool.connection() as conn:
         row = owned_batch(conn, caller, batch_id)
         counts, cost = store.progress(conn, row["id"], row["total"])
         if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
-        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1) if limit else []
+        items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1,
+                                 custom_id=custom_id) if limit else []
+        names = store.attribution_names(conn, row)
+        usage = _usages(conn, [row])
     next_after = items[limit - 1]["idx"] if len(items) > limit else None  # null on the last page, full or not
     paced = _pacing(runtime, row, counts["queued"]) if row["status"] == "queued" else None
-    return batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced, cost_nanos=cost)
+    return {**batch_view(row, counts, items=items[:limit], next_after=next_after, pacing=paced, cost_nanos=cost,
+                         usage=usage.get(row["id"])), **names}
 
 
-def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
-    """The caller's own batches, newest first, with a cursor for the next page."""
+def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: str | None = None,
+                 **filters: Any) -> dict[str, Any]:
+    """The caller's own batches matching FILTERS (status, finished, search: see store.state_clauses), newest
+    first, with a cursor for the next page."""
     before = _decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
-        rows = store.list_batches(conn, caller.owner, before=before, limit=limit)
-    return _page([summary_view(r) for r in rows], limit)
+        rows = store.list_batches(conn, caller.owner, before=before, limit=limit, **filters)
+        usage = _usages(conn, rows)
+    return _page([summary_view(r, usage.get(r["id"])) for r in rows], limit)
 
 
 def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = None,
@@ -185,7 +200,23 @@ def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = 
     before = _decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
         rows = store.list_all_batches(conn, before=before, limit=limit, **filters)
-    return _page([{**summary_view(r), "policy": r["policy"], "principal": r["principal"]} for r in rows], limit)
+        usage = _usages(conn, rows)
+    return _page([{**summary_view(r, usage.get(r["id"])), "policy": r["policy"], "principal": r["principal"]}
+                  for r in rows], limit)
+
+
+def _usages(conn: psycopg.Connection[Any], rows: list[dict[str, Any]]) -> dict[UUID, dict[str, Any]]:
+    """The usage of those ROWS whose batch has finished (summed once, then kept: see store.finished_usage)."""
+    found = store.finished_usage(conn, [r["id"] for r in rows if r["finished_at"] is not None])
+    return {batch_id: usage_view(u) for batch_id, u in found.items()}
+
+
+def usage_view(usage: dict[str, Any]) -> dict[str, Any]:
+    """A finished batch's tokens and cost, as the usage API tells them (cost null when only unpriced)."""
+    cost = known_cost(usage["cost_nanos"], usage["unpriced"])
+    return {"input_tokens": int(usage["input_tokens"]), "output_tokens": int(usage["output_tokens"]),
+            "cached_tokens": int(usage["cached_tokens"]), "cost_nanos": cost, "cost_usd": cost_usd(cost),
+            "unpriced": int(usage["unpriced"])}
 
 
 def _page(views: list[dict[str, Any]], limit: int) -> dict[str, Any]:
@@ -210,7 +241,8 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
             store.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
         counts, cost = store.progress(conn, row["id"], row["total"])
-    return batch_view(fresh, counts, items=[], next_after=-1, cost_nanos=cost)
+        usage = _usages(conn, [fresh])
+    return batch_view(fresh, counts, items=[], next_after=None, cost_nanos=cost, usage=usage.get(fresh["id"]))
 
 
 def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, Any]:
@@ -228,6 +260,29 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
                                    details=waiting)
     payload_store(runtime).remove_batch(row["id"])  # after the commit: a crash here leaves a stray folder for purge
     return {"id": row["id"], "object": "batch", "deleted": True}
+
+
+def get_item(runtime: Runtime, caller: Caller | None, batch_id: str, text_idx: str) -> dict[str, Any]:
+    """One item (TEXT_IDX: its idx) with its request and, once completed, its response (as stored; None where this
+    replica cannot see them). A caller of None is the operator."""
+    with runtime.pool.connection() as conn:
+        row = owned_batch(conn, caller, batch_id)
+        idx = int(text_idx) if text_idx.isascii() and text_idx.isdigit() and len(text_idx) < 10 else -1
+        item = store.get_item(conn, row["id"], idx) if idx >= 0 else None
+    if item is None:
+        raise ItemNotFound(message=f"the batch has no item {text_idx[:20]!r} (its items are 0 to {row['total'] - 1})")
+    payloads = payload_store(runtime)
+    segment, offset, length = (item.pop(k) for k in ("response_segment", "response_offset", "response_length"))
+    try:
+        request = json.loads(payloads.read_request(row["id"], idx))
+    except (PayloadMissing, ValueError):
+        request = None
+    response = None
+    if item["state"] == "completed":
+        ref = ResponseRef(segment, offset, length) if segment is not None else None
+        stored = payloads.read_response(row["id"], idx, ref)
+        response = json.loads(stored) if stored else None
+    return {**item, "batch_id": row["id"], "request": request, "response": response}
 
 
 def _all_final(counts: dict[str, int]) -> bool:
@@ -266,8 +321,9 @@ _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
 def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> list[bytes]:
     """One JSON object per row: idx, state, the response of a completed item if visible here, the error."""
     responses = iter(payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"]))
-    return [result_entry(idx, state, next(responses) if state == "completed" else None, error)
-            for idx, _segment, _offset, _length, state, error in rows]
+    return [result_entry(idx, state, next(responses) if state == "completed" else None, error,
+                         b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
+            for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
 
 
 def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,
@@ -284,10 +340,11 @@ def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: s
 
 
 def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[str, Any]],
-               next_after: int | None, pacing: dict[str, Any] | None = None, cost_nanos: int = 0) -> dict[str, Any]:
-    """The batch object: summary, counts for every state, the recorded cost, a page of items, and its pacing (paced
-    policies)."""
-    view = summary_view(row)
+               next_after: int | None, pacing: dict[str, Any] | None = None, cost_nanos: int = 0,
+               usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The batch object: summary, counts for every state, the recorded cost, a page of items, its pacing (paced
+    policies) and, once finished, its usage (tokens too)."""
+    view = summary_view(row, usage)
     view["pacing"] = pacing
     view["counts"] = {s: counts.get(s, 0) for s in _STATES}
     view["cost_usd"] = cost_usd(cost_nanos)
@@ -296,25 +353,24 @@ def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[
     return view
 
 
-def summary_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A batch without counts or items; never the relay key hash or the owner key."""
-    view = {"id": row["id"], "object": "batch", "status": row["status"], "shape": row["shape"],
+def summary_view(row: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A batch without counts or items; never the relay key hash or the owner key. USAGE: a finished batch's."""
+    view = {"id": row["id"], "object": "batch", "api": row["api"], "status": row["status"], "shape": row["shape"],
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
             "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"],
             "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at"),
             "max_cost": budget.to_dollars(row["max_cost_nanos"]), "rerun_of": row["rerun_of"],
-            "original_id": row["original_id"]}
+            "original_id": row["original_id"], "usage": usage}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view
 
 
 def owned_batch(conn: psycopg.Connection[Any], caller: Caller | None, batch_id: str) -> dict[str, Any]:
     """The batch row if CALLER submitted it (any batch for the operator, None); BatchNotFound otherwise (also for
-    malformed ids)."""
-    try:
-        parsed = UUID(batch_id)
-    except (ValueError, TypeError):
-        raise BatchNotFound(message="batch not found") from None
+    malformed ids). BATCH_ID may be spelled as any API spells it."""
+    parsed = parse_batch_id(batch_id)  # any API's spelling: the UUID, batch_<hex>, msgbatch_<hex>
+    if parsed is None:
+        raise BatchNotFound(message="batch not found")
     row = store.get_batch(conn, parsed, owner=caller.owner if caller is not None else None)
     if row is None:
         raise BatchNotFound(message="batch not found")

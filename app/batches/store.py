@@ -19,10 +19,12 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from schemas.batch_ids import parse_batch_id
+
 Row = dict[str, Any]
 Conn = Connection[Any]
-# idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error
-ResultRow = tuple[int, str | None, int | None, int | None, str, Any]
+# idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error, custom_id
+ResultRow = tuple[int, str | None, int | None, int | None, str, Any, str | None]
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
@@ -101,36 +103,115 @@ def get_batch(conn: Conn, batch_id: UUID, owner: str | None = None) -> Row | Non
     return conn.execute(sql, params).fetchone()  # type: ignore[no-any-return]
 
 
-def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int) -> list[Row]:
-    """A page of items in idx order, optionally of one state."""
-    sql = ("SELECT idx, state, model, error, error_code, started_at, finished_at, source_idx FROM batch_items"
-           " WHERE batch_id = %s AND idx > %s")
+_SUM_USAGE = """
+WITH fresh AS (
+    INSERT INTO batch_usage (batch_id, input_tokens, output_tokens, cached_tokens, cost_nanos, unpriced)
+    SELECT e.batch_id, coalesce(sum(e.input_tokens), 0), coalesce(sum(e.output_tokens), 0),
+           coalesce(sum(e.cached_tokens), 0), sum(e.cost_nanos),
+           count(*) FILTER (WHERE e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL)
+    FROM usage_events e WHERE e.batch_id IS NOT NULL
+      AND e.batch_id = ANY(ARRAY(SELECT id FROM unnest(%(ids)s::uuid[]) AS t(id)
+                                 WHERE NOT EXISTS (SELECT 1 FROM batch_usage u WHERE u.batch_id = t.id)))
+    GROUP BY e.batch_id
+    ON CONFLICT (batch_id) DO UPDATE SET input_tokens = EXCLUDED.input_tokens  -- a concurrent read's: the same sums
+    RETURNING *
+)
+SELECT * FROM batch_usage WHERE batch_id = ANY(%(ids)s) UNION ALL SELECT * FROM fresh
+"""
+
+
+def attribution_names(conn: Conn, row: Row) -> Row:
+    """The names behind a batch row's attribution ids (policy, project, team, principal, and the credential: a
+    relay key's name or prefix); None where a name is not known (or the row was removed since)."""
+    from app.usage.store import PRINCIPAL_NAME  # the one rule for a principal's name
+
+    found = conn.execute(
+        "SELECT (SELECT name FROM policies WHERE id = e.policy_id) AS policy,"
+        " (SELECT name FROM projects WHERE id = e.project_id) AS project,"
+        " (SELECT name FROM teams WHERE id = e.team_id) AS team, " + PRINCIPAL_NAME + ","
+        " CASE e.credential_kind WHEN 'relay_key' THEN (SELECT coalesce(name, prefix) FROM relay_keys"
+        " WHERE id = e.credential_id) END AS credential"
+        " FROM (SELECT %(policy_id)s::uuid AS policy_id, %(project_id)s::uuid AS project_id,"
+        " %(team_id)s::uuid AS team_id, %(principal_kind)s::text AS principal_kind,"
+        " %(principal_id)s::uuid AS principal_id, %(credential_kind)s::text AS credential_kind,"
+        " %(credential_id)s::uuid AS credential_id) e", row).fetchone()
+    assert found is not None
+    return found  # type: ignore[no-any-return]
+
+
+def finished_usage(conn: Conn, batch_ids: Sequence[UUID]) -> dict[UUID, Row]:
+    """The usage of each of BATCH_IDS (batches that have finished: the caller checks), summed from their usage
+    events once and kept in `batch_usage` (later reads are one index lookup each)."""
+    if not batch_ids:
+        return {}
+    rows = conn.execute(_SUM_USAGE, {"ids": list(batch_ids)}).fetchall()
+    return {row["batch_id"]: row for row in rows}
+
+
+_ITEM_COLUMNS = "idx, custom_id, state, model, error, error_code, started_at, finished_at, source_idx"
+
+
+def list_items(conn: Conn, batch_id: UUID, *, state: str | None, after: int, limit: int,
+               custom_id: str | None = None) -> list[Row]:
+    """A page of items in idx order, optionally of one state, or whose custom_id starts with CUSTOM_ID (a search:
+    the batch's items are read in idx order, custom_id has no index so that storing items stays cheap)."""
+    sql = f"SELECT {_ITEM_COLUMNS} FROM batch_items WHERE batch_id = %s AND idx > %s"
     params: list[Any] = [batch_id, after]
     if state is not None:
         sql += " AND state = %s"
         params.append(state)
+    if custom_id is not None:
+        sql += " AND starts_with(custom_id, %s)"
+        params.append(custom_id)
     sql += " ORDER BY idx LIMIT %s"
     params.append(limit)
     return conn.execute(sql, params).fetchall()
 
 
-def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None, limit: int) -> list[Row]:
-    """The owner's batches, newest first, strictly older than BEFORE (created_at, id)."""
-    sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE owner = %s"
-    params: list[Any] = [owner]
+def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None, limit: int,
+                 status: str | None = None, finished: bool | None = None, search: str | None = None) -> list[Row]:
+    """The owner's batches matching the filters (see state_clauses), newest first, strictly older than BEFORE
+    (created_at, id)."""
+    clauses, params = state_clauses(status=status, finished=finished, search=search)
+    clauses.insert(0, "e.owner = %s")
+    params.insert(0, owner)
     if before is not None:
-        sql += " AND (created_at, id) < (%s, %s)"
+        clauses.append("(e.created_at, e.id) < (%s, %s)")
         params.extend(before)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT %s"
-    params.append(limit)
-    return conn.execute(sql, params).fetchall()
+    sql = (f"SELECT {_ALL_COLUMNS} FROM batches e WHERE {' AND '.join(clauses)}"
+           " ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
+    return conn.execute(sql, [*params, limit]).fetchall()
+
+
+def state_clauses(*, status: str | None, finished: bool | None, search: str | None) -> tuple[list[str], list[Any]]:
+    """Conditions over batches `e`: STATUS (queued, cancelled), FINISHED (every item final or not), SEARCH (the
+    batch's id in any spelling, or text found in its metadata, case-insensitively)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append("e.status = %s")
+        params.append(status)
+    if finished is not None:
+        clauses.append("e.finished_at IS NOT NULL" if finished else "e.finished_at IS NULL")
+    if search is not None:
+        clauses.append("(e.id = %s OR strpos(lower(e.metadata::text), lower(%s)) > 0)")
+        params += [parse_batch_id(search.strip()), search]
+    return clauses, params
+
+
+def get_item(conn: Conn, batch_id: UUID, idx: int) -> Row | None:
+    """One item with where its response is stored."""
+    return conn.execute(  # type: ignore[no-any-return]
+        f"SELECT {_ITEM_COLUMNS}, response_segment, response_offset, response_length FROM batch_items"
+        " WHERE batch_id = %s AND idx = %s", (batch_id, idx)).fetchone()
 
 
 def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[ResultRow]:
-    """(idx, response segment, offset, length, state, error) of the next LIMIT items after AFTER, in idx order."""
+    """(idx, response segment, offset, length, state, error, custom_id) of the next LIMIT items after AFTER, in idx
+    order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error FROM batch_items"
-                " WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
+    cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error, custom_id"
+                " FROM batch_items WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()
 
 
@@ -290,20 +371,18 @@ def finish_batches(conn: Conn) -> int:
 def list_all_batches(conn: Conn, *, before: tuple[datetime, UUID] | None, limit: int, principal: str | None = None,
                      credential: UUID | None = None, policy: str | None = None, created_from: datetime | None = None,
                      created_to: datetime | None = None, status: str | None = None,
-                     finished: bool | None = None) -> list[Row]:
+                     finished: bool | None = None, search: str | None = None) -> list[Row]:
     """Batches of every owner matching the filters (all combined with AND), newest first, strictly older than
     BEFORE; each with its policy and principal names. PRINCIPAL and POLICY take a name or an id."""
     from app.usage.store import PRINCIPAL_NAME, name_or_id_clause, principal_clause  # the usage filters' rules
 
-    clauses: list[str] = ["true"]
-    params: list[Any] = []
+    clauses, params = state_clauses(status=status, finished=finished, search=search)
+    clauses.insert(0, "true")
     for clause, value in (("e.credential_id = %s", credential), ("e.created_at >= %s", created_from),
-                          ("e.created_at < %s", created_to), ("e.status = %s", status)):
+                          ("e.created_at < %s", created_to)):
         if value is not None:
             clauses.append(clause)
             params.append(value)
-    if finished is not None:
-        clauses.append("e.finished_at IS NOT NULL" if finished else "e.finished_at IS NULL")
     named = [principal_clause(principal) if principal is not None else None,
              name_or_id_clause("policy_id", "policies", policy) if policy is not None else None]
     for clause, values in filter(None, named):
@@ -330,6 +409,19 @@ def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
         " (SELECT count(*) FROM batches b JOIN batch_items i ON i.batch_id = b.id WHERE b.finished_at IS NULL"
         " AND i.state = 'running' AND i.worker_id = w.id) AS running"
         " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()
+
+def waiting_items(conn: Conn) -> Row:
+    """Items of unfinished batches still queued, and how many of them the dispatcher has not published yet (they
+    wait in Postgres, not in RabbitMQ, whose queue holds only the dispatch window's messages)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(b.total - coalesce(p.started, 0)), 0)::bigint AS queued,"
+        " coalesce(sum(greatest(0, b.total - b.published_upto)) FILTER (WHERE b.status = 'queued'), 0)::bigint"
+        " AS unpublished FROM batches b LEFT JOIN LATERAL (SELECT sum(g.running + g.completed + g.discarded"
+        " + g.cancelled) AS started FROM batch_progress g WHERE g.batch_id = b.id) p ON true"
+        " WHERE b.finished_at IS NULL").fetchone()
+    assert row is not None
+    return row  # type: ignore[no-any-return]
+
 
 # Retention: a batch goes with its items (deleted by the same statement: they hold no foreign key, see migration
 # 0014) and its progress and output file records (ON DELETE CASCADE); its usage events stay.

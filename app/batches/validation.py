@@ -23,6 +23,10 @@ _ENVELOPE = BatchEnvelopeSchema()
 _EMBEDDINGS_ONLY = ("encoding_format", "dimensions")  # fields only an embeddings request has
 _CANONICAL_ONLY = ("max_tokens", "instructions")  # canonical fields that an embeddings body does not have
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # JSON text that may decode to a lone surrogate
+# A request body has no custom_id (the upstream would refuse the unknown member): Relay's own batches key their items
+# by idx, the OpenAI and Anthropic batch APIs by the custom_id beside each body.
+NO_CUSTOM_ID = ("is not a member of a request body: a batch item is known by its idx here; to key results by"
+                " custom_id, create the batch through the OpenAI or Anthropic batch API (custom_id beside each body)")
 
 
 class UnsupportedNumber(ValueError):
@@ -107,6 +111,8 @@ def item_errors(shape: str, idx: int, item: Any, *, may_hold_surrogates: bool = 
         return [ItemError(idx, "", problem)]
     if item.get("stream") not in (None, False):
         return [ItemError(idx, "stream", "must not be set: batch responses are stored whole, never streamed")]
+    if "custom_id" in item:
+        return [ItemError(idx, "custom_id", NO_CUSTOM_ID)]
     if _is_embeddings(shape, item):
         return [ItemError(idx, "", "embeddings requests cannot be batched")]
     problems = get_adapter(shape).validate_request(item)
@@ -186,6 +192,6 @@ def _flatten(problems: Any) -> list[str]:
     return [str(problems)]
 
 
-__all__ = ["MAX_ERRORS", "SHAPES", "STRICT_JSON", "SURROGATE_ESCAPE", "ItemError", "UnsupportedNumber", "item_errors",
-           "json_depth", "json_problem", "text_problem", "typed_item_needs_no_checks",
+__all__ = ["MAX_ERRORS", "NO_CUSTOM_ID", "SHAPES", "STRICT_JSON", "SURROGATE_ESCAPE", "ItemError", "UnsupportedNumber",
+           "item_errors", "json_depth", "json_problem", "text_problem", "typed_item_needs_no_checks",
            "validate_envelope"]

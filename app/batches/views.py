@@ -19,11 +19,11 @@ from uuid import UUID
 
 from adapters.anthropic import ADAPTER as ANTHROPIC
 from adapters.openai import openai_error_body
+from schemas.batch_ids import FILE_PREFIX, parse_batch_id, parse_file_id
 
 Row = dict[str, Any]
+__all__ = ["parse_batch_id", "parse_file_id"]  # the ids' spellings, for the views' callers
 ENDPOINT_SHAPES = {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
-_BATCH_PREFIXES = ("batch_", "msgbatch_")
-_FILE_PREFIX = "file-"
 _STOPPED = {"batch_cancelled", "batch_expired"}  # error codes of items that never got an answer
 
 
@@ -36,31 +36,7 @@ def anthropic_batch_id(batch_id: UUID) -> str:
 
 
 def file_id(value: UUID) -> str:
-    return f"{_FILE_PREFIX}{value.hex}"
-
-
-def parse_batch_id(text: str) -> UUID | None:
-    """The batch behind `batch_<hex>`, `msgbatch_<hex>` or a plain UUID; None for anything else."""
-    for prefix in _BATCH_PREFIXES:
-        if text.startswith(prefix):
-            return _hex_uuid(text[len(prefix):])
-    try:
-        return UUID(text)
-    except ValueError:
-        return None
-
-
-def parse_file_id(text: str) -> UUID | None:
-    return _hex_uuid(text[len(_FILE_PREFIX):]) if text.startswith(_FILE_PREFIX) else None
-
-
-def _hex_uuid(text: str) -> UUID | None:
-    if len(text) != 32 or not text.isascii() or not text.isalnum():
-        return None
-    try:
-        return UUID(hex=text)
-    except ValueError:
-        return None
+    return f"{FILE_PREFIX}{value.hex}"
 
 
 def unix(value: datetime | None) -> int | None:
@@ -71,8 +47,10 @@ def rfc3339(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value is not None else None
 
 
-def openai_batch(row: Row, counts: dict[str, int], files: dict[str, UUID]) -> dict[str, Any]:
-    """OpenAI's Batch object. FILES: the batch's output and error file ids by kind."""
+def openai_batch(row: Row, counts: dict[str, int], files: dict[str, UUID], *, model: str | None = None,
+                 usage: Row | None = None) -> dict[str, Any]:
+    """OpenAI's Batch object. FILES: the batch's output and error file ids by kind; MODEL: the one its requests
+    name (the first's); USAGE: its summed tokens, once ended (null before; Relay keeps no reasoning-token count)."""
     ended, cancelled = row["finished_at"] is not None, row["status"] == "cancelled"
     failed = counts.get("discarded", 0) + counts.get("cancelled", 0)
     expired = ended and not cancelled and counts.get("expired", 0) > 0
@@ -93,8 +71,15 @@ def openai_batch(row: Row, counts: dict[str, int], files: dict[str, UUID]) -> di
         "expired_at": finished if expired else None, "cancelling_at": unix(row["cancelled_at"]),
         "cancelled_at": finished if cancelled and ended else None,
         "request_counts": {"total": row["total"], "completed": counts.get("completed", 0), "failed": failed},
-        "metadata": row["metadata"],
+        "metadata": row["metadata"], "model": model, "usage": _openai_usage(usage) if usage is not None else None,
     }
+
+
+def _openai_usage(usage: Row) -> dict[str, Any]:
+    tokens_in, tokens_out = int(usage["input_tokens"]), int(usage["output_tokens"])
+    return {"input_tokens": tokens_in, "input_tokens_details": {"cached_tokens": int(usage["cached_tokens"])},
+            "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tokens_in + tokens_out}
 
 
 def anthropic_batch(row: Row, counts: dict[str, int]) -> dict[str, Any]:

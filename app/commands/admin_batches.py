@@ -1,5 +1,6 @@
 """`relay admin-batches list|status|results|cancel|workers`: the operator's client of /admin/batches and
-/admin/workers over HTTP, with the admin token (every owner's batches, e.g. of a revoked or rotated key)."""
+/admin/workers over HTTP, with the admin token (every owner's batches, e.g. of a revoked or rotated key). Output is
+for people unless `--json` asks for the API's answers; a batch id may be spelled as any API spells it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.commands.batches import ApiError, _call, _print_json, _request, write_stream
+from app.commands.api_client import ApiError, call, request
+from app.commands.batch_views import fleet_lines
+from app.commands.batches import print_batch, print_cancelled, print_list, report_results, write_stream
+from app.commands.output import print_json
 
 _ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
-_FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor")
+_FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor", "search")
 
 
 def register(sub: Any) -> None:
@@ -28,6 +32,7 @@ def register(sub: Any) -> None:
     p.add_argument("--finished", choices=("true", "false"), help="every item final (true) or not yet (false)")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.add_argument("--search", help="a batch id, or text in the batches' metadata (any case)")
     p.set_defaults(func=_with_token(cmd_list))
     p = _with_client(cmds.add_parser("status", help="any batch with its counts and a page of items"))
     p.add_argument("id")
@@ -50,6 +55,7 @@ def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
     p.add_argument("--token", dest="key", default=os.environ.get("RELAY_ADMIN_TOKEN"),
                    help="the admin token (default $RELAY_ADMIN_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     return p
 
 
@@ -65,7 +71,7 @@ def _with_token(command: Callable[[argparse.Namespace], int]) -> Callable[[argpa
 def cmd_list(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"limit": args.limit}
     params.update({name: getattr(args, name) for name in (*_FILTERS, "finished") if getattr(args, name)})
-    _print_json(_call(args, "GET", "/admin/batches", params=params))
+    print_list(args, call(args, "GET", "/admin/batches", params=params), more="relay admin-batches list", admin=True)
     return 0
 
 
@@ -73,21 +79,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"limit": args.limit, "after": args.after}
     if args.state:
         params["state"] = args.state
-    _print_json(_call(args, "GET", f"/admin/batches/{args.id}", params=params))
+    print_batch(args, call(args, "GET", f"/admin/batches/{args.id}", params=params),
+                more=f"relay admin-batches status {args.id}")
     return 0
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    response = _request(args, "GET", f"/admin/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
-    write_stream(response, args.output)
+    response = request(args, "GET", f"/admin/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
+    report_results(write_stream(response, args.output), args.output)
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "POST", f"/admin/batches/{args.id}/cancel"))
+    print_cancelled(args, call(args, "POST", f"/admin/batches/{args.id}/cancel"))
     return 0
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "GET", "/admin/workers"))
+    fleet = call(args, "GET", "/admin/workers")
+    if args.json:
+        print_json(fleet)
+    else:
+        print("\n".join(fleet_lines(fleet)))
     return 0

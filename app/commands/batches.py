@@ -1,8 +1,9 @@
 """`relay batches submit|status|results|cancel|delete|list`: a client of a Relay API's /v1/batches over HTTP; and
 `relay batches purge` for operators, straight on the database and the payload directory.
 
-Exit codes: 0 done; 1 an error (the API's code, message and field messages on stderr); 3 `submit --wait` saw the
-batch finish with items that did not complete (discarded or cancelled).
+Output is for people (a summary, a table) unless `--json` asks for the API's answers. Exit codes: 0 done; 1 an
+error (the API's code, message and field messages on stderr); 3 `submit --wait` saw the batch finish with items
+that did not complete (discarded or cancelled).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -19,19 +21,27 @@ from typing import IO, Any
 import requests
 
 from app.batches.retention import purge_batches
+from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
+from app.commands.batch_views import (
+    FINAL,
+    batch_state,
+    batch_summary,
+    batches_table,
+    final_count,
+    items_table,
+    progress_line,
+)
 from app.commands.catalog import cli_runtime
+from app.commands.output import print_json
 from app.errors import RelayError
 from schemas.durations import DurationError, parse_duration
 
 _SHAPES = ("openai", "anthropic", "openai_responses")
-_FINAL = ("completed", "discarded", "cancelled")
 EXIT_NOT_ALL_COMPLETED = 3
-
-
-class ApiError(RelayError):
-    """The Relay API answered with an error (its code, message and details are passed through)."""
-
-    code = "api_error"
+WAIT_GIVES_UP_AFTER_S = 900.0  # `submit --wait` keeps asking an API that does not answer for this long
+# The console's and the API's words for a list's state filter, as the API's status and finished arguments.
+LIST_STATES = {"active": {"status": "queued", "finished": "false"}, "done": {"status": "queued", "finished": "true"},
+               "cancelled": {"status": "cancelled"}}
 
 
 class UnreadableFile(RelayError):
@@ -47,8 +57,8 @@ def register(sub: Any) -> None:
     p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
     p.add_argument("--shape", required=True, choices=_SHAPES)
     p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
-    p.add_argument("--wait", action="store_true", help="show progress until every item is final; exits 3 when"
-                   " some items did not complete (discarded or cancelled)")
+    p.add_argument("--wait", action="store_true", help="show progress until every item is final (asking again"
+                   " with growing pauses while the API does not answer); exits 3 when some items did not complete")
     p.set_defaults(func=cmd_submit)
     p = _with_client(cmds.add_parser("status", help="show a batch with its counts"))
     p.add_argument("id")
@@ -57,6 +67,7 @@ def register(sub: Any) -> None:
     p.add_argument("--after", type=int, default=-1, metavar="IDX",
                    help="list items after this idx (`items_next_after` of the previous page)")
     p.add_argument("--all", action="store_true", help="list every item, page after page")
+    p.add_argument("--custom-id", help="list items whose custom_id starts with this")
     p.set_defaults(func=cmd_status)
     p = _with_client(cmds.add_parser("results", help="write a batch's results (JSON Lines) to stdout or --output"))
     p.add_argument("id")
@@ -71,6 +82,8 @@ def register(sub: Any) -> None:
     p = _with_client(cmds.add_parser("list", help="list your batches, newest first"))
     p.add_argument("--limit", type=int, default=20, help="batches per page (default 20, at most 100)")
     p.add_argument("--after", metavar="CURSOR", help="the page after this one (`next_cursor` of the previous page)")
+    p.add_argument("--state", choices=tuple(LIST_STATES), help="active (items queued or running), done, cancelled")
+    p.add_argument("--search", help="a batch id, or text in the batches' metadata (any case)")
     p.set_defaults(func=cmd_list)
     p = cmds.add_parser("purge", help="(operators, on the database) delete every batch finished before a date,"
                                       " with its payload files; usage events stay")
@@ -83,59 +96,122 @@ def register(sub: Any) -> None:
 def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
     p.add_argument("--key", default=os.environ.get("RELAY_KEY"), help="relay key or token (default $RELAY_KEY)")
+    p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     return p
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    body = build_body(_read_lines(args.file), args.shape, args.metadata)
-    batch = _call(args, "POST", "/v1/batches", data=body, headers={"content-type": "application/json"})
+    lines = _read_lines(args.file)
+    try:
+        batch = _call(args, "POST", "/v1/batches", data=build_body([text for _, text in lines], args.shape,
+                                                                    args.metadata),
+                      headers={"content-type": "application/json"})
+    except ApiError as exc:
+        raise by_file_line(exc, args.file, [number for number, _ in lines]) from None
     print(batch["id"])
     if not args.wait:
+        print(f"submitted {batch['total']} items; follow with: relay batches status {batch['id']}", file=sys.stderr)
+        if args.json:
+            print_json(batch)
         return 0
     batch = wait_for(args, batch["id"], sys.stderr)
-    _print_counts(batch)
+    print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL))
+    if args.json:
+        print_json(batch)
     return 0 if batch["counts"]["completed"] == batch["total"] else EXIT_NOT_ALL_COMPLETED
+
+
+def by_file_line(exc: ApiError, path: Path, numbers: Sequence[int]) -> ApiError:
+    """A refused batch's errors told by the file's line numbers (blank lines are skipped, so item N is not line
+    N + 1), as the console tells them."""
+    if exc.code != "invalid_batch" or not isinstance(exc.details, list):
+        return exc
+    details = [{**d, "line": numbers[d["idx"]]} if isinstance(d, dict) and isinstance(d.get("idx"), int)
+               and 0 <= d["idx"] < len(numbers) else d for d in exc.details]
+    first = details[0] if details and isinstance(details[0], dict) else {}
+    message = exc.message
+    if first.get("line") is not None and message.startswith("invalid batch: "):
+        message = f"invalid batch: {path}:{first['line']}: " + message.removeprefix("invalid batch: ")
+    return ApiError(exc.code, message, details=details, status=exc.status)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"format": "relay", "limit": args.limit, "after": args.after}
-    if args.state:
-        params["state"] = args.state
+    for name in ("state", "custom_id"):
+        if getattr(args, name):
+            params[name] = getattr(args, name)
     batch = _call(args, "GET", f"/v1/batches/{args.id}", params=params)
     while args.all and batch["items_next_after"] is not None:
         page = _call(args, "GET", f"/v1/batches/{args.id}", params={**params, "after": batch["items_next_after"]})
         batch["items"] += page["items"]
         batch["items_next_after"] = page["items_next_after"]
-    _print_json(batch)
+    print_batch(args, batch, more=f"relay batches status {args.id}")
     return 0
+
+
+def print_batch(args: argparse.Namespace, batch: dict[str, Any], *, more: str) -> None:
+    """The batch as JSON (--json), or its summary and a table of the page of items it holds."""
+    if args.json:
+        print_json(batch)
+        return
+    print("\n".join(batch_summary(batch)))
+    if batch["items"]:
+        print()
+        print("\n".join(items_table(batch["items"])))
+    if batch["items_next_after"] is not None:
+        print(f"more items: {more} --after {batch['items_next_after']} (or --all)")
 
 
 def cmd_results(args: argparse.Namespace) -> int:
     response = _request(args, "GET", f"/v1/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
-    write_stream(response, args.output)
+    report_results(write_stream(response, args.output), args.output)
     return 0
 
 
-def write_stream(response: requests.Response, output: Path | None) -> None:
-    """A streamed answer's body to OUTPUT, or to standard output."""
+def write_stream(response: requests.Response, output: Path | None) -> tuple[int, int]:
+    """A streamed answer's body to OUTPUT, or to standard output; (bytes, lines) written."""
     out: IO[bytes] = open(output, "wb") if output else sys.stdout.buffer
+    size = lines = 0
     try:
         for chunk in response.iter_content(chunk_size=65536):
             out.write(chunk)
+            size, lines = size + len(chunk), lines + chunk.count(b"\n")
     finally:
         if output:
             out.close()
         else:
             out.flush()
+    return size, lines
+
+
+def report_results(written: tuple[int, int], output: Path | None) -> None:
+    """Say what `results -o FILE` wrote (on standard output the results themselves are the answer)."""
+    if output is not None:
+        size, lines = written
+        print(f"wrote {lines} results ({size} bytes) to {output}")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "POST", f"/v1/batches/{args.id}/cancel", params={"format": "relay"}))
+    batch = _call(args, "POST", f"/v1/batches/{args.id}/cancel", params={"format": "relay"})
+    print_cancelled(args, batch)
     return 0
 
 
+def print_cancelled(args: argparse.Namespace, batch: dict[str, Any]) -> None:
+    if args.json:
+        print_json(batch)
+        return
+    counts = batch["counts"]
+    print(f"batch {batch['id']}: {batch_state(batch)}: {counts['cancelled']} items cancelled, {counts['running']}"
+          f" running items being stopped, {counts['completed'] + counts['discarded']} had already ended")
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
-    _print_json(_call(args, "DELETE", f"/v1/batches/{args.id}"))
+    deleted = _call(args, "DELETE", f"/v1/batches/{args.id}")
+    if args.json:
+        print_json(deleted)
+    else:
+        print(f"deleted batch {deleted['id']} (its items and stored requests and responses; usage events stay)")
     return 0
 
 
@@ -168,9 +244,24 @@ def _cutoff(text: str) -> datetime:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    params = {"format": "relay", "limit": args.limit, **({"cursor": args.after} if args.after else {})}
-    _print_json(_call(args, "GET", "/v1/batches", params=params))
+    params = {"format": "relay", "limit": args.limit, **({"cursor": args.after} if args.after else {}),
+              **LIST_STATES.get(args.state or "", {}), **({"search": args.search} if args.search else {})}
+    page = _call(args, "GET", "/v1/batches", params=params)
+    print_list(args, page, more="relay batches list")
     return 0
+
+
+def print_list(args: argparse.Namespace, page: dict[str, Any], *, more: str, admin: bool = False) -> None:
+    if args.json:
+        print_json(page)
+        return
+    if not page["data"]:
+        print("no batches match" if (getattr(args, "state", None) or getattr(args, "search", None)
+                                     or admin) else "no batches yet")
+    else:
+        print("\n".join(batches_table(page["data"], admin=admin)))
+    if page["next_cursor"]:
+        print(f"older batches: {more} --{'cursor' if admin else 'after'} {page['next_cursor']}")
 
 
 def build_body(lines: list[bytes], shape: str, metadata: Any) -> bytes:
@@ -182,8 +273,8 @@ def build_body(lines: list[bytes], shape: str, metadata: Any) -> bytes:
     return prefix + b",".join(lines) + b"]}"
 
 
-def _read_lines(path: Path) -> list[bytes]:
-    """Non-blank lines of a JSON Lines file, each checked to be JSON (the line number says which is not)."""
+def _read_lines(path: Path) -> list[tuple[int, bytes]]:
+    """Non-blank lines of a JSON Lines file with their line numbers, each checked to be JSON."""
     try:
         data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
@@ -196,56 +287,31 @@ def _read_lines(path: Path) -> list[bytes]:
             json.loads(line)
         except ValueError as exc:
             raise UnreadableFile("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
-        lines.append(line.strip())
+        lines.append((number, line.strip()))
     if not lines:
         raise UnreadableFile("invalid_jsonl", f"{path}: no requests")
     return lines
 
 
 def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:
-    """Poll the just-submitted batch until it is finished, drawing a progress bar (with rate and ETA) on OUT."""
-    started = time.monotonic()
+    """Poll the just-submitted batch until it is finished, drawing a progress bar (with rate and ETA) on OUT; an API
+    that does not answer (a restart, say) is asked again with growing pauses, saying so, for up to
+    WAIT_GIVES_UP_AFTER_S."""
+    started, drawn = time.monotonic(), 0
+    doing = f"batch {batch_id} keeps running meanwhile"
     while True:
-        batch = _call(args, "GET", f"/v1/batches/{batch_id}", params={"format": "relay", "limit": 0})
+        batch = with_retries(lambda: _call(args, "GET", f"/v1/batches/{batch_id}",
+                                           params={"format": "relay", "limit": 0}),
+                             doing=doing, give_up_after_s=WAIT_GIVES_UP_AFTER_S, out=out)
         elapsed = time.monotonic() - started
-        out.write("\r" + progress_line(batch, rate=_done(batch) / elapsed if elapsed > 0 else None))
+        line = progress_line(batch, rate=final_count(batch) / elapsed if elapsed > 0 else None)
+        out.write("\r" + line.ljust(drawn))  # a shorter line than the last must not leave its characters behind
         out.flush()
+        drawn = len(line)
         if batch["finished"]:
             out.write("\n")
             return batch
         time.sleep(interval)
-
-
-def progress_line(batch: dict[str, Any], width: int = 30, rate: float | None = None) -> str:
-    """`[#####.....]  50% 500/1000  41.7/s  ETA 0:12  completed 480  discarded 20  cancelled 0  running 16`;
-    RATE is items made final per second since the submit (no rate or ETA until there is one)."""
-    counts, total = batch["counts"], max(1, batch["total"])
-    done = _done(batch)
-    filled = int(width * done / total)
-    speed = f"{rate:.1f}/s  ETA {_clock((batch['total'] - done) / rate)}" if rate else "-/s  ETA -"
-    parts = "  ".join(f"{s} {counts[s]}" for s in (*_FINAL, "running"))
-    return (f"[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% {done}/{batch['total']}  {speed}"
-            f"  {parts}")
-
-
-def _done(batch: dict[str, Any]) -> int:
-    return sum(batch["counts"][s] for s in _FINAL)
-
-
-def _clock(seconds: float) -> str:
-    """`0:07`, `12:30`, `2:05:00`."""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def _print_counts(batch: dict[str, Any]) -> None:
-    counts = batch["counts"]
-    print(" ".join(f"{s}={counts[s]}" for s in _FINAL))
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
@@ -253,19 +319,8 @@ def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> An
 
 
 def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> requests.Response:
-    """One HTTP call to the Relay API; API errors become ApiError with the API's code and message."""
-    if not args.key:
-        raise ApiError("missing_key", "pass --key or set RELAY_KEY")
-    headers = {"authorization": f"Bearer {args.key}", **kwargs.pop("headers", {})}
+    """One call with the caller's credential; the admin token, refused here, gets a hint to the command it fits."""
     try:
-        response = requests.request(method, args.url.rstrip("/") + path, headers=headers, timeout=300, **kwargs)
-    except requests.RequestException as exc:
-        raise ApiError("api_unreachable", f"cannot reach the Relay API at {args.url}: {exc}") from exc
-    if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            code, message, details = str(error["code"]), str(error["message"]), error.get("details")
-        except (ValueError, KeyError, TypeError):
-            code, message, details = "http_error", f"HTTP {response.status_code}", None
-        raise ApiError(code, message, details=details)
-    return response
+        return request(args, method, path, **kwargs)
+    except ApiError as exc:
+        raise hint_for_admin_token(args, exc) from None

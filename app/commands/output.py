@@ -1,8 +1,10 @@
-"""What the `relay` command prints for an error: the code and message, then every field message of `details`
-(the API's per-field messages, or a rejected batch's items), one per line."""
+"""What the `relay` command prints: an error's field messages (the API's per-field messages, or a rejected batch's
+items, by file line when the command knows it), tables for people, and JSON for scripts."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 MAX_DETAIL_LINES = 20
@@ -10,7 +12,7 @@ MAX_DETAIL_LINES = 20
 
 def detail_lines(details: Any) -> list[str]:
     """DETAILS as `field: message` lines: {field: [messages]} (nested for query/json locations), or a batch's
-    [{idx, field, message}], at most MAX_DETAIL_LINES of them plus a count of the rest."""
+    [{idx | index | line, custom_id?, field, message}], at most MAX_DETAIL_LINES of them plus a count of the rest."""
     lines = list(_walk(details, ""))
     if len(lines) > MAX_DETAIL_LINES:
         return [*lines[:MAX_DETAIL_LINES], f"... and {len(lines) - MAX_DETAIL_LINES} more"]
@@ -32,8 +34,24 @@ def _walk(details: Any, where: str) -> Any:
 
 
 def _item_field(entry: dict[str, Any]) -> str:
-    """`requests[3].messages` for a batch item's error, the field alone for the envelope's."""
+    """Where a batch item's error is: `line 7, requests[3].messages` (the file's line when known), `line 4
+    (custom_id q-1), body.messages` for a provider's input, the field alone for the envelope's."""
     field = entry.get("field") or ""
-    if entry.get("idx") is None:
-        return field or "body"
-    return f"requests[{entry['idx']}]" + (f".{field}" if field else "")
+    position = entry["idx"] if entry.get("idx") is not None else entry.get("index")
+    place = f"requests[{position}]" + (f".{field}" if field else "") if position is not None else field or "body"
+    if entry.get("line") is None:
+        return place
+    custom_id = f" (custom_id {entry['custom_id']})" if entry.get("custom_id") else ""
+    return f"line {entry['line']}{custom_id}, {place}" if position is not None or field else \
+        f"line {entry['line']}{custom_id}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """ROWS under HEADERS in left-aligned columns two spaces apart (the last column is not padded)."""
+    cells = [[str(h) for h in headers], *[["—" if v is None else str(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))

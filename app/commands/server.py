@@ -80,8 +80,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--queues", settings.queue_name, "--worker-shutdown-timeout", str(timeout_ms)]
     from dramatiq.cli import main as dramatiq_main
 
-    from app.observability.metrics import prepare_metrics_dir
+    from app.observability.metrics import check_worker_metrics_port, prepare_metrics_dir
 
+    check_worker_metrics_port()
     prepare_metrics_dir()
     if args.gevent:  # monkey-patch before anything imports socket or threading: a fresh interpreter
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_MAIN, *argv[1:]])  # noqa: S606

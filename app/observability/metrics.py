@@ -14,6 +14,7 @@ import atexit
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -202,8 +203,35 @@ class _Forward:
 
 def worker_metrics_port(default: int = DEFAULT_WORKER_PORT) -> int:
     """The worker metrics port from RELAY_WORKER_METRICS_PORT (0 turns the server off)."""
+    from app.settings import SettingsError
+
     raw = os.environ.get(WORKER_PORT_ENV, "").strip()
-    return int(raw) if raw else default
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise SettingsError(f"{WORKER_PORT_ENV} must be a port number (0 turns the workers' metrics off),"
+                            f" not {raw!r}") from None
+
+
+def check_worker_metrics_port() -> None:
+    """At `relay worker` start, before any worker process: SettingsError naming the port and the variable when
+    another process (another Relay install, say) holds RELAY_WORKER_METRICS_PORT, whose scrapes would then read
+    that process's numbers while these workers serve none."""
+    from app.settings import SettingsError
+
+    port = worker_metrics_port()
+    if port <= 0:
+        return
+    host = os.environ.get(WORKER_HOST_ENV, "").strip() or "127.0.0.1"
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server binds it
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SettingsError(
+                f"{WORKER_PORT_ENV}: port {port} on {host} is taken by another process ({exc.strerror}), so these"
+                f" workers could serve no metrics there: set {WORKER_PORT_ENV} to a free port (one per Relay"
+                " install on a host), or 0 to turn the workers' metrics off") from None
 
 
 def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None = None) -> bool:
@@ -220,8 +248,8 @@ def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None
     host = os.environ.get(WORKER_HOST_ENV, "").strip() or "127.0.0.1"
     try:
         start_http_server(port, addr=host, registry=_ScrapeTimeRegistry(runtime))  # type: ignore[arg-type]
-    except OSError:
-        log.debug("worker metrics port %d is served by another process", port)
+    except OSError:  # a sibling worker process serves it (`relay worker` checked at start that none other does)
+        log.debug("worker metrics port %d is served by another worker process", port)
         return False
     log.info("worker metrics on http://%s:%d/metrics", host, port)
     return True

@@ -182,7 +182,16 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
-SUMMARY_COUNTERS = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "cost_nanos", "unpriced")
+SUMMARY_COUNTERS = ("requests", "errors", "cancelled", "input_tokens", "output_tokens", "cached_tokens", "cost_nanos",
+                    "unpriced")
+
+
+def sum_counters(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The counters of ROWS added up; cost_nanos stays NULL when no row had a priced event."""
+    totals: dict[str, Any] = {c: sum(int(r[c]) for r in rows) for c in SUMMARY_COUNTERS if c != "cost_nanos"}
+    costs = [int(r["cost_nanos"]) for r in rows if r["cost_nanos"] is not None]
+    totals["cost_nanos"] = sum(costs) if costs else None
+    return totals
 
 
 def summary_json(totals: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *, group_by: list[str],
@@ -202,10 +211,19 @@ def _summary_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {**keys, **_counters(row)}
 
 
+def known_cost(cost_nanos: int | Decimal | None, unpriced: int) -> int | None:
+    """What events cost together: the sum of the priced ones; null (unknown, never a made-up zero) when some are
+    unpriced and none is priced, and 0 when nothing had a price to pay (failed or cancelled calls only)."""
+    return int(cost_nanos) if cost_nanos is not None else (None if unpriced else 0)
+
+
 def _counters(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A group's counters (its cost as known_cost says)."""
     out: dict[str, Any] = {}
     for name in SUMMARY_COUNTERS:
-        out[name] = int(row[name])
         if name == "cost_nanos":
+            out[name] = known_cost(row[name], int(row["unpriced"]))
             out["cost_usd"] = cost_usd(out[name])
+        else:
+            out[name] = int(row[name])
     return out

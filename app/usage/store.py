@@ -12,7 +12,7 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from app.usage.queries import SUMMARY_COUNTERS, Cursor, UsageFilter, Visibility
+from app.usage.queries import Cursor, UsageFilter, Visibility, sum_counters
 
 Where = tuple[str, list[Any]]
 
@@ -45,12 +45,18 @@ _GROUP_NAMES = {
 }
 BUCKET_SQL = {"hour": "date_trunc('hour', e.created_at, 'UTC')", "day": "date_trunc('day', e.created_at, 'UTC')"}
 
-_AGGREGATES = """count(*) AS requests,
-  count(*) FILTER (WHERE e.status >= 400 OR e.error_code IS NOT NULL) AS errors,
+# A cancelled or expired batch item (error code batch_cancelled / batch_expired) is counted as `cancelled`, not
+# as an error: nothing failed. `cost_nanos` is NULL for a group with no priced event (summary_json decides whether
+# that is 0 or unknown).
+_STOPPED = "e.error_code IN ('batch_cancelled', 'batch_expired')"
+_AGGREGATES = f"""count(*) AS requests,
+  count(*) FILTER (WHERE (e.status >= 400 OR e.error_code IS NOT NULL) AND NOT coalesce({_STOPPED}, false))
+  AS errors,
+  count(*) FILTER (WHERE {_STOPPED}) AS cancelled,
   coalesce(sum(e.input_tokens), 0) AS input_tokens,
   coalesce(sum(e.output_tokens), 0) AS output_tokens,
   coalesce(sum(e.cached_tokens), 0) AS cached_tokens,
-  coalesce(sum(e.cost_nanos), 0) AS cost_nanos,
+  sum(e.cost_nanos) AS cost_nanos,
   count(*) FILTER (WHERE e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL) AS unpriced"""
 
 # The principal's name, over any alias-`e` table with principal_kind and principal_id (events, batches).
@@ -116,7 +122,7 @@ def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group
     rows = conn.execute(query, [*params, max_rows + 1]).fetchall()
     if len(rows) > max_rows:  # some groups are left out: total them in SQL
         return _totals(conn, where, params), rows
-    return {c: sum(int(r[c]) for r in rows) for c in SUMMARY_COUNTERS}, rows
+    return sum_counters(rows), rows
 
 
 def _totals(conn: Connection[Any], where: str, params: list[Any]) -> dict[str, Any]:

@@ -188,16 +188,16 @@ def test_the_admin_cli_lists_reads_results_and_cancels_any_batch_and_shows_the_w
     batch_id = _submitted(client, revoked["key"], 2)
     wait_finished(client, revoked["key"], batch_id)
     assert admin("POST", f"/admin/relay-keys/{revoked['id']}/revoke").status_code == 200
-    listed = json.loads(admin_cli(relay_api, token, "list", "--credential", revoked["id"]).stdout)
+    listed = json.loads(admin_cli(relay_api, token, "list", "--credential", revoked["id"], "--json").stdout)
     assert [b["id"] for b in listed["data"]] == [batch_id] and listed["data"][0]["principal"] == "batch-svc"
-    status = json.loads(admin_cli(relay_api, token, "status", batch_id, "--state", "completed").stdout)
+    status = json.loads(admin_cli(relay_api, token, "status", batch_id, "--state", "completed", "--json").stdout)
     assert status["counts"]["completed"] == 2 and len(status["items"]) == 2
     out = tmp_path / "results.jsonl"
     assert admin_cli(relay_api, token, "results", batch_id, "-o", str(out)).returncode == 0
     assert [json.loads(line)["state"] for line in out.read_text().splitlines()] == ["completed", "completed"]
     cancelled = admin_cli(relay_api, token, "cancel", batch_id)  # reached (409, not 404): nothing left to cancel
     assert cancelled.returncode == 1 and "batch_finished" in cancelled.stderr
-    fleet = json.loads(admin_cli(relay_api, token, "workers").stdout)
+    fleet = json.loads(admin_cli(relay_api, token, "workers", "--json").stdout)
     assert fleet["alive"] >= 1 and fleet["queue"]["reachable"] is True and fleet["queue"]["consumers"] >= 1
     missing = admin_cli(relay_api, None, "workers")
     assert missing.returncode == 1 and "missing_token" in missing.stderr

@@ -56,7 +56,8 @@ def test_invalid_requests_are_refused_in_anthropics_error_shape_and_nothing_is_s
         claude.messages.batches.create(requests=bad)  # type: ignore[arg-type]
     error = refused.value.body["error"]
     assert error["type"] == "invalid_request_error" and error["code"] == "invalid_batch"
-    assert [(d["index"], d["field"]) for d in error["details"]] == [(1, "custom_id"), (2, "custom_id")]
+    assert [(d["index"], d["field"]) for d in error["details"]] == [  # the envelopes' and the params' at once
+        (1, "custom_id"), (2, "custom_id"), (3, "params.stream"), (4, "params.messages")]
     with pytest.raises(anthropic.BadRequestError) as refused:
         claude.messages.batches.create(requests=[bad[0], bad[3], bad[4]])  # type: ignore[arg-type]
     details = refused.value.body["error"]["details"]

@@ -41,14 +41,14 @@ def test_submit_waits_with_a_progress_bar_then_status_results_list_and_delete(re
     assert "completed=5" in done.stdout.decode()
     assert "100% 5/5" in done.stderr.decode() and "[" in done.stderr.decode()
     assert re.search(r"\d+\.\d/s  ETA \d+:\d\d", done.stderr.decode()), done.stderr.decode()  # rate and ETA
-    status = json.loads(relay(relay_api, key, "status", batch_id).stdout)
+    status = json.loads(relay(relay_api, key, "status", batch_id, "--json").stdout)
     assert status["counts"]["completed"] == 5 and status["finished"] is True
     lines = relay(relay_api, key, "results", batch_id).stdout.decode().splitlines()
     assert [json.loads(line)["idx"] for line in lines] == [0, 1, 2, 3, 4]
     assert all("response" in json.loads(line) for line in lines)
-    listed = json.loads(relay(relay_api, key, "list").stdout)
+    listed = json.loads(relay(relay_api, key, "list", "--json").stdout)
     assert batch_id in [b["id"] for b in listed["data"]]
-    deleted = relay(relay_api, key, "delete", batch_id)
+    deleted = relay(relay_api, key, "delete", batch_id, "--json")
     assert deleted.returncode == 0 and json.loads(deleted.stdout)["deleted"] is True
     gone = relay(relay_api, key, "status", batch_id)
     assert gone.returncode == 1 and b"batch_not_found" in gone.stderr
@@ -60,7 +60,7 @@ def test_cancel_and_errors_are_reported(relay_api, workers, make_key, upstream, 
     submitted = relay(relay_api, key, "submit", "-", "--shape", "openai",
                       stdin=b"\n".join(json.dumps(CHAT).encode() for _ in range(20)))
     batch_id = submitted.stdout.decode().strip()
-    cancelled = json.loads(relay(relay_api, key, "cancel", batch_id).stdout)
+    cancelled = json.loads(relay(relay_api, key, "cancel", batch_id, "--json").stdout)
     assert cancelled["status"] == "cancelled"
     bad = relay(relay_api, key, "submit", "-", "--shape", "openai", stdin=b'{"model": "x"}\n')
     assert bad.returncode == 1 and b"invalid_batch" in bad.stderr and b"requests[0].messages" in bad.stderr
@@ -89,13 +89,14 @@ def test_list_pages_with_after_and_status_pages_items(relay_api, make_key) -> No
     key = make_key()["key"]
     ids = [relay(relay_api, key, "submit", "-", "--shape", "openai",
                  stdin=b"\n".join([json.dumps(CHAT).encode()] * 5)).stdout.decode().strip() for _ in range(3)]
-    first = json.loads(relay(relay_api, key, "list", "--limit", "2").stdout)
+    first = json.loads(relay(relay_api, key, "list", "--limit", "2", "--json").stdout)
     assert [b["id"] for b in first["data"]] == ids[::-1][:2] and first["next_cursor"]
-    second = json.loads(relay(relay_api, key, "list", "--limit", "2", "--after", first["next_cursor"]).stdout)
+    second = json.loads(relay(relay_api, key, "list", "--limit", "2", "--after", first["next_cursor"],
+                                   "--json").stdout)
     assert [b["id"] for b in second["data"]] == ids[:1] and second["next_cursor"] is None
-    page = json.loads(relay(relay_api, key, "status", ids[0], "--limit", "2", "--after", "1").stdout)
+    page = json.loads(relay(relay_api, key, "status", ids[0], "--limit", "2", "--after", "1", "--json").stdout)
     assert [i["idx"] for i in page["items"]] == [2, 3] and page["items_next_after"] == 3
-    every = json.loads(relay(relay_api, key, "status", ids[0], "--limit", "2", "--all").stdout)
+    every = json.loads(relay(relay_api, key, "status", ids[0], "--limit", "2", "--all", "--json").stdout)
     assert [i["idx"] for i in every["items"]] == [0, 1, 2, 3, 4] and every["items_next_after"] is None
 
 
@@ -113,5 +114,5 @@ def test_the_progress_line_shows_rate_and_eta() -> None:
                                        "cancelled": 0}}
     line = progress_line(batch, width=10, rate=20.0)
     assert line == ("[#####.....]  50% 500/1000  20.0/s  ETA 0:25  completed 480  discarded 20  cancelled 0"
-                    "  running 100")
+                    "  running 100  queued 400")
     assert "-/s  ETA -" in progress_line(batch, rate=None) and "ETA 1:23:20" in progress_line(batch, rate=0.1)

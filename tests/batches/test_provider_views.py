@@ -132,11 +132,13 @@ def test_a_malformed_anthropic_body_is_a_400(raw: bytes, error: type[Exception])
         from_anthropic_body(raw, max_requests=10).finish()
 
 
-def test_an_anthropic_body_keeps_each_params_and_names_bad_requests_by_index() -> None:
-    good = {"custom_id": "a", "params": {"model": "m"}}
-    batch = from_anthropic_body(json.dumps({"requests": [good, {**good, "extra": 1}, good]}).encode(),
+def test_an_anthropic_body_names_every_problem_of_every_request_by_index_at_once() -> None:
+    good = {"custom_id": "a", "params": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}}
+    batch = from_anthropic_body(json.dumps({"requests": [good, {**good, "custom_id": "b", "extra": 1}, good,
+                                                         {"custom_id": "c", "params": {"model": "m"}}]}).encode(),
                                 max_requests=10)
     with pytest.raises(InvalidBatch) as refused:
         batch.finish()
-    assert [(d["index"], d["field"]) for d in refused.value.details] == [(1, "extra"), (2, "custom_id")]
-    assert refused.value.message == "invalid batch: requests[1]: extra: is not a field of a batch request (and 1 more)"
+    assert [(d["index"], d["field"]) for d in refused.value.details] == [
+        (1, "extra"), (2, "custom_id"), (3, "params.max_tokens"), (3, "params.messages")]
+    assert refused.value.message == "invalid batch: requests[1]: extra: is not a field of a batch request (and 3 more)"

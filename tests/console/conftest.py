@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from tests.batches.helpers import batch_catalog
 from tests.console.browser import ARTIFACTS, Console, find_chromium, start_chromium
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.processes import RelayProcess
+from tests.processes import RelayProcess, start_api
 from tests.reliability.stack import Stack
 from tests.services import MQ_UI_PORT, ServiceUrls, fresh_services
 
@@ -46,6 +47,17 @@ class ConsoleWorld:
             worker.stop()
             self.stack.processes.remove(worker)
 
+    def stop_api(self) -> None:
+        """The API goes away at once (a crash, or a restart's gap); start_api_again() brings it back on the same
+        address."""
+        self.api.stop(signal.SIGKILL)
+        self.stack.processes.remove(self.api)
+
+    def start_api_again(self) -> None:
+        port = int(self.api.url.rsplit(":", 1)[1])
+        self.api = start_api(self.stack.env, self.stack.logs, port=port)
+        self.stack.processes.append(self.api)
+
     def key(self, policy: str = "main", principal: str = "batch-svc") -> dict[str, Any]:
         """A new relay key of the service account (the admin API's answer: `key`, `id`)."""
         res = self.stack.admin("POST", "/admin/relay-keys", json={"principal_kind": "service_account",
@@ -59,6 +71,17 @@ class ConsoleWorld:
         return res.json  # type: ignore[no-any-return]
 
 
+UNPRICED_MODEL = "free-model"
+
+
+def console_catalog(upstream_url: str) -> dict[str, Any]:
+    """The batch tests' catalog plus a model without a price (its cost is unknown, never a made-up zero)."""
+    catalog = batch_catalog(upstream_url)
+    catalog["models"].append({"name": UNPRICED_MODEL, "bindings": [{"host": "openai", "adapter": "openai",
+                                                                     "upstream_model": "gpt-free"}]})
+    return catalog
+
+
 @pytest.fixture(scope="session")
 def console_world(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleWorld]:
     name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_console"
@@ -66,7 +89,7 @@ def console_world(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactor
     upstream = start_fake_upstream()
     stack = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=upstream,
                         workdir=tmp_path_factory.mktemp("console-stack"), queue_name=f"relay.batch_items.{name}",
-                        catalog=batch_catalog(upstream.url), broker_ui_url=BROKER_UI)
+                        catalog=console_catalog(upstream.url), broker_ui_url=BROKER_UI)
     world = ConsoleWorld(stack=stack, api=stack.start_api(), upstream=upstream)
     yield world
     stack.close()

@@ -165,8 +165,10 @@ def test_the_operator_view_shows_workers_the_queue_and_every_batch_with_filters(
     console_world.ensure_worker(**LONG_ITEM_LIMIT)
     mine = console_world.stack.submit(console_world.key()["key"], "console-op-a", 2)
     theirs = console_world.stack.submit(console_world.token("other-user")["token"], "console-op-b", 2)
+    console_world.stop_workers()  # cancelled before a worker takes an item
     stopped = console_world.stack.submit(console_world.key("failing")["key"], "console-op-c", 2)
     console_world.stack.admin("POST", f"/admin/batches/{stopped}/cancel")
+    console_world.ensure_worker(**LONG_ITEM_LIMIT)
     console.sign_in(console_world.stack.settings.admin_token)
     assert console.text("#who") == "Signed in with the admin token"
     console.wait_text("#workers-alive", "1 of 1")

@@ -10,8 +10,8 @@ from tests.usage.conftest import B1, B2, WINDOW, World
 
 pytestmark = pytest.mark.integration
 # Worked out from tests/usage/conftest.py dataset(): E1..E10.
-TOTALS = {"requests": 10, "errors": 3, "input_tokens": 3470, "output_tokens": 1080, "cached_tokens": 500,
-          "cost_nanos": 8_748_067, "unpriced": 1, "cost_usd": "0.008748067"}
+TOTALS = {"requests": 10, "errors": 3, "cancelled": 0, "input_tokens": 3470, "output_tokens": 1080,
+          "cached_tokens": 500, "cost_nanos": 8_748_067, "unpriced": 1, "cost_usd": "0.008748067"}
 
 
 def summary(client: Any, world: World, who: str = "admin", **params: Any) -> dict[str, Any]:
@@ -34,10 +34,10 @@ def test_without_grouping_one_row_holds_the_totals(client, world) -> None:
 def test_grouped_by_model_the_rows_add_up_to_the_totals(client, world) -> None:
     answer = summary(client, world, group_by="model")
     rows = by(answer["rows"], "model")
-    assert rows["m-gpt"] == {"model": "m-gpt", "requests": 6, "errors": 1, "input_tokens": 3160,
+    assert rows["m-gpt"] == {"model": "m-gpt", "requests": 6, "errors": 1, "cancelled": 0, "input_tokens": 3160,
                              "output_tokens": 760, "cached_tokens": 500, "cost_nanos": 3_347_068,
                              "cost_usd": "0.003347068", "unpriced": 1}
-    assert rows["m-claude"] == {"model": "m-claude", "requests": 4, "errors": 2, "input_tokens": 310,
+    assert rows["m-claude"] == {"model": "m-claude", "requests": 4, "errors": 2, "cancelled": 0, "input_tokens": 310,
                                 "output_tokens": 320, "cached_tokens": 0, "cost_nanos": 5_400_999,
                                 "cost_usd": "0.005400999", "unpriced": 0}
     assert answer["totals"] == TOTALS

@@ -11,6 +11,11 @@ export class ApiError extends Error {
     this.code = code;
     this.details = details;
   }
+
+  // No answer, or an answer that says "later" (a restart, an overload): worth asking again, unlike a refusal.
+  get transient() {
+    return this.status === 0 || this.status === 429 || this.status >= 500;
+  }
 }
 
 export function session() {
@@ -48,14 +53,15 @@ function remember(secret, role) {
   return { secret, role };
 }
 
-// One call to the API. Answers 4xx/5xx become ApiError with the API's stable code and message.
+// One call to the API. Answers 4xx/5xx become ApiError with the API's stable code and message. BODY is JSON text,
+// or a FormData (a multipart upload: the browser writes its Content-Type with the boundary).
 export async function call(path, { method = "GET", query, body, secret, raw = false } = {}) {
   const url = new URL(path, window.location.origin);
   for (const [name, value] of Object.entries(query || {})) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, String(value));
   }
   const headers = { Authorization: `Bearer ${secret || (session() || {}).secret || ""}` };
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (body !== undefined && !(body instanceof FormData)) headers["Content-Type"] = "application/json";
   let response;
   try {
     response = await fetch(url, { method, headers, body, cache: "no-store", credentials: "omit" });

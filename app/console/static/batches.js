@@ -1,27 +1,51 @@
-// Batches: the list (newest first, paged, live progress) and one batch (counts, timings, attribution, items by
-// state with their errors, downloads, cancel). The same views serve a caller (/v1/batches) and the operator
-// (/admin/batches, every owner's batches).
+// Batches: the list (newest first, paged, live progress, filtered by state, searched by id or metadata). The same
+// list serves a caller (/v1/batches) and the operator (/admin/batches, every owner's batches, more filters).
 import { call } from "./api.js";
 import {
-  ITEM_STATES, announce, batchState, confirmDialog, duration, errorBox, every, h, keepFocus, localTime, progress, replace,
-  saveResponse, shortId, stateBadge, table,
+  batchState, errorBox, every, h, keepFocus, localTime, progress, replace, shortId, stateBadge, table, unlessTransient,
+  usd,
 } from "./ui.js";
 
 const PAGE = 20;
-const ITEMS_PAGE = 50;
-const REFRESH_MS = 2000;
+export const REFRESH_MS = 2000;
+// The list's state filter as the API's status and finished arguments (the same words as the batch's state).
+export const LIST_STATES = [["", "any"], ["active", "active (queued or running)"], ["done", "done"],
+  ["cancelled", "cancelled"]];
+const BY_STATE = { active: { status: "queued", finished: "false" }, done: { status: "queued", finished: "true" },
+  cancelled: { status: "cancelled" } };
+export const API_NAMES = { relay: "Relay", openai: "OpenAI", anthropic: "Anthropic" };
 
 export function basePath(role) {
   return role === "admin" ? "/admin/batches" : "/v1/batches";
 }
 
 // A caller's batch routes answer in Relay's own view only when asked (else OpenAI's for its batches).
-function view(role) {
+export function view(role) {
   return role === "admin" ? {} : { format: "relay" };
 }
 
-// A live table of batches at LISTPATH with QUERY; PAGER builds the href of another page from a cursor.
-export function liveBatchList(container, { role, query, pager, caption }) {
+// The API's list arguments for the console's STATE and SEARCH filters.
+export function filterQuery(state, search) {
+  return { ...(BY_STATE[state] || {}), search };
+}
+
+// A batch's own name: `metadata.name`, when it has one.
+export function batchName(batch) {
+  const name = batch.metadata && batch.metadata.name;
+  return typeof name === "string" && name ? name : null;
+}
+
+// What a batch cost, for a table cell: `$0.0012` (or `unpriced`) once finished, what its final items cost so far
+// while it runs, `—` before anything cost.
+export function batchCost(batch) {
+  if (batch.usage) return usd(batch.usage.cost_usd);
+  if (Number(batch.cost_usd) > 0) return h("span", { title: "the items final so far" }, `${usd(batch.cost_usd)} so far`);
+  return h("span", { class: "muted", title: "known once items finish" }, "—");
+}
+
+// A live table of batches with QUERY; PAGER builds the href of another page from a cursor; FILTERED says whether
+// a filter is set (an empty page then says that nothing matches, not that there are no batches).
+export function liveBatchList(container, { role, query, pager, caption, filtered }) {
   const base = basePath(role);
   const finished = new Map();
   const status = h("p", { class: "muted small", role: "status" });
@@ -32,209 +56,77 @@ export function liveBatchList(container, { role, query, pager, caption }) {
     try {
       page = await call(base, { query: { limit: PAGE, ...view(role), ...query } });
     } catch (err) {
-      replace(body, errorBox(err));
+      replace(body, errorBox(unlessTransient(err)));
       return false;
     }
     const details = await Promise.all(page.data.map((b) => finished.get(b.id)
       || call(`${base}/${b.id}`, { query: { limit: 0, ...view(role) } }).then((d) => ({ ...b, ...d })).catch(() => b)));
     details.filter((d) => d.finished).forEach((d) => finished.set(d.id, d));
-    renderList(body, details, { role, caption, next: page.next_cursor, pager, first: !query.cursor });
+    renderList(body, details, { role, caption, next: page.next_cursor, pager, first: !query.cursor, filtered });
     replace(status, "Updated ", localTime(new Date().toISOString()),
       details.some((d) => !d.finished) ? " · updating every 2 s while batches run" : "");
     return !query.cursor || details.some((d) => !d.finished);
   });
 }
 
-function renderList(body, batches, { role, caption, next, pager, first }) {
+function renderList(body, batches, { role, caption, next, pager, first, filtered }) {
   const admin = role === "admin";
-  const headers = ["Created", "Batch", ...(admin ? ["Principal", "Policy"] : []), "Shape", "State", "Progress"];
+  const headers = ["Created", "Batch", ...(admin ? ["Principal", "Policy"] : []), "API", "Shape", "State", "Progress",
+    "Cost"];
   const rows = batches.map((b) => h("tr", { dataset: { batch: b.id } },
     h("td", {}, localTime(b.created_at)),
-    h("td", {}, h("a", { href: `#/batches/${b.id}`, title: b.id }, h("code", {}, shortId(b.id)))),
+    h("td", {}, h("a", { href: `#/batches/${b.id}`, title: b.id }, batchName(b)
+      ? [h("span", { class: "batch-name" }, batchName(b)), h("code", { class: "small" }, shortId(b.id))]
+      : h("code", {}, shortId(b.id)))),
     admin ? h("td", {}, b.principal || b.principal_id || "—") : null,
     admin ? h("td", {}, b.policy || b.policy_id) : null,
+    h("td", { dataset: { api: b.api } }, API_NAMES[b.api] || b.api),
     h("td", {}, b.shape),
     h("td", {}, stateBadge(batchState(b))),
-    h("td", { class: "progress-cell" }, b.counts ? progress(b) : `${b.total} items`)));
-  const empty = h("p", { class: "empty" }, first ? "No batches yet." : "No older batches.");
+    h("td", { class: "progress-cell" }, b.counts ? progress(b) : `${b.total} items`),
+    h("td", { class: "num cost" }, batchCost(b))));
+  const emptyText = filtered ? "No batch matches these filters." : first ? "No batches yet." : "No older batches.";
   const pages = h("nav", { class: "pager", "aria-label": "Pages" },
     first ? null : h("a", { href: pager(null) }, "← Newest"),
     next ? h("a", { href: pager(next), rel: "next" }, "Older batches →") : null);
-  keepFocus(body, () => replace(body, batches.length ? table(headers, rows, caption) : empty, pages));
+  keepFocus(body, () => replace(body, batches.length ? table(headers, rows, caption)
+    : h("p", { class: "empty" }, emptyText), pages));
+}
+
+// The filters of a list: FIELDS (name, label, hint) as text inputs, then the state and search; submitting goes to
+// HASH with the values set.
+export function filterForm(id, hash, current, fields = []) {
+  const field = (name, label, hint) => h("div", { class: "field" }, h("label", { for: `f-${name}` }, label),
+    h("input", { id: `f-${name}`, name, value: current[name] || "", placeholder: hint, autocomplete: "off" }));
+  const form = h("form", { class: "form inline", id },
+    fields.map(([name, label, hint]) => field(name, label, hint)),
+    h("div", { class: "field" }, h("label", { for: "f-state" }, "State"), h("select", { id: "f-state", name: "state" },
+      LIST_STATES.map(([v, text]) => h("option", { value: v, selected: v === (current.state || "") }, text)))),
+    field("search", "Search", "batch id, or text in its metadata"),
+    h("button", { type: "submit", class: "button" }, "Filter"),
+    h("a", { href: hash, class: "button subtle" }, "Clear"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const names = [...fields.map(([name]) => name), "state", "search"];
+    const values = Object.fromEntries(names.map((n) => [n, form.elements[n].value.trim()]).filter(([, v]) => v));
+    window.location.hash = `${hash}?${new URLSearchParams(values)}`;
+  });
+  return form;
 }
 
 export function batchesView(main, route) {
+  const current = { state: route.query.get("state") || "", search: route.query.get("search") || "" };
   const cursor = route.query.get("cursor") || "";
-  const list = h("div");
+  const deleted = route.query.get("deleted");
+  const list = h("div", { id: "caller-batches" });
   replace(main, h("h1", { tabindex: "-1" }, "Your batches"),
+    deleted ? h("p", { class: "notice", role: "status" }, `Deleted batch ${deleted}.`) : null,
     h("p", {}, "Newest first. Progress updates live while a batch runs. ", h("a", { href: "#/submit" }, "Submit a batch")),
-    list);
+    filterForm("batch-filters", "#/batches", current), list);
+  const kept = Object.fromEntries(Object.entries(current).filter(([, v]) => v));
   return liveBatchList(list, {
-    role: "caller", query: { cursor }, caption: "Your batches, newest first",
-    pager: (c) => (c ? `#/batches?cursor=${encodeURIComponent(c)}` : "#/batches"),
+    role: "caller", query: { cursor, ...filterQuery(current.state, current.search) },
+    caption: "Your batches, newest first", filtered: Object.keys(kept).length > 0,
+    pager: (c) => `#/batches?${new URLSearchParams({ ...kept, ...(c ? { cursor: c } : {}) })}`,
   });
-}
-
-// One batch, refreshed every 2 s until every item is final.
-export function batchView(main, route, session) {
-  const id = route.path[1];
-  const base = basePath(session.role);
-  const state = route.query.get("state") || "";
-  const after = route.query.get("after") || "-1";
-  const heading = h("h1", { tabindex: "-1" }, "Batch ", h("code", {}, id));
-  const body = h("div");
-  const actions = h("div", { class: "actions" });
-  const actionStatus = h("p", { role: "status", class: "small" });
-  replace(main, heading, body);
-  const top = h("div");
-  const rest = h("div");
-  let last = "";
-  let built = false;
-  let stop = () => {};
-  const refresh = async () => {
-    let batch;
-    try {
-      batch = await call(`${base}/${encodeURIComponent(id)}`, { query: { state, after, limit: ITEMS_PAGE, ...view(session.role) } });
-    } catch (err) {
-      const hint = err.code === "batch_not_found"
-        ? h("p", {}, "No batch with this id is visible to you: it does not exist or another caller submitted it.")
-        : null;
-      replace(body, errorBox(err, hint));
-      built = false;
-      return false;
-    }
-    const signature = JSON.stringify(batch);
-    if (signature === last) return !batch.finished;
-    last = signature;
-    if (!built) {
-      buildActions(actions, actionStatus, batch, base, () => { stop(); stop = every(REFRESH_MS, refresh); });
-      replace(body, top, actions, actionStatus, rest);
-      built = true;
-    }
-    updateActions(actions, batch);
-    keepFocus(body, () => renderBatch(top, rest, batch, { state, after, id }));
-    return !batch.finished;
-  };
-  stop = every(REFRESH_MS, refresh);
-  return () => stop();
-}
-
-function renderBatch(top, rest, batch, { state, after, id }) {
-  const openItem = rest.querySelector("details[open]");
-  const reopen = openItem ? openItem.dataset.idx : null;
-  replace(top, h("p", { class: "lead" }, "State: ", stateBadge(batchState(batch)), " · ",
-    `${batch.total} items, shape ${batch.shape}`), progress(batch));
-  replace(rest,
-    h("div", { class: "columns" },
-      h("section", { "aria-labelledby": "counts-h" }, h("h2", { id: "counts-h" }, "Counts"), counts(batch)),
-      h("section", { "aria-labelledby": "timings-h" }, h("h2", { id: "timings-h" }, "Timings"), timings(batch)),
-      h("section", { "aria-labelledby": "attr-h" }, h("h2", { id: "attr-h" }, "Attribution"), attribution(batch))),
-    batch.metadata ? h("section", {}, h("h2", {}, "Metadata"), h("pre", {}, JSON.stringify(batch.metadata, null, 2)))
-      : null,
-    h("section", { "aria-labelledby": "items-h" }, h("h2", { id: "items-h" }, "Items"),
-      stateFilter(batch, id, state), items(batch, id, state, after)));
-  if (reopen !== null) {
-    const again = rest.querySelector(`details[data-idx="${reopen}"]`);
-    if (again) again.open = true;
-  }
-}
-
-function dl(pairs) {
-  return h("dl", { class: "facts" }, pairs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
-}
-
-function counts(batch) {
-  return dl([["Total", String(batch.total)], ...ITEM_STATES.map((s) => [s, String(batch.counts[s] || 0)])]);
-}
-
-function timings(batch) {
-  const end = batch.finished_at || new Date().toISOString();
-  return dl([
-    ["Created", localTime(batch.created_at)],
-    ["Finished", batch.finished ? localTime(batch.finished_at) : "not yet"],
-    ["Cancelled", batch.cancelled_at ? localTime(batch.cancelled_at) : "no"],
-    [batch.finished ? "Took" : "Running for", duration(batch.created_at, end)],
-  ]);
-}
-
-function attribution(batch) {
-  const principal = batch.principal_kind ? `${batch.principal_kind} ${batch.principal_id}` : "—";
-  return dl([
-    ["Policy", h("code", {}, batch.policy_id)],
-    ["Project", batch.project_id ? h("code", {}, batch.project_id) : "—"],
-    ["Team", batch.team_id ? h("code", {}, batch.team_id) : "—"],
-    ["Principal", principal],
-    ["Credential", `${batch.credential_kind} ${batch.credential_id}`],
-  ]);
-}
-
-function stateFilter(batch, id, current) {
-  const link = (state, label, n) => h("a", {
-    href: `#/batches/${id}${state ? `?state=${state}` : ""}`, "aria-current": current === state ? "page" : null,
-    class: state ? `filter state-${state}` : "filter",
-  }, `${label} (${n})`);
-  return h("nav", { class: "filters", "aria-label": "Show items in one state" },
-    link("", "All", batch.total), ...ITEM_STATES.map((s) => link(s, s, batch.counts[s] || 0)));
-}
-
-function items(batch, id, state, after) {
-  const query = (a) => `#/batches/${id}?${new URLSearchParams({ ...(state ? { state } : {}), after: a })}`;
-  const rows = batch.items.map((item) => h("tr", {},
-    h("td", {}, String(item.idx)), h("td", {}, stateBadge(item.state)), h("td", {}, item.model || "—"),
-    h("td", {}, localTime(item.started_at)), h("td", {}, localTime(item.finished_at)),
-    h("td", { class: "error-cell" }, item.error
-      ? h("details", { dataset: { idx: String(item.idx) } },
-        h("summary", { dataset: { key: `item-${item.idx}` } }, item.error_code || "error"),
-        h("p", { class: "error-text" }, item.error))
-      : "—")));
-  const pages = h("nav", { class: "pager", "aria-label": "Item pages" },
-    after !== "-1" ? h("a", { href: query(-1) }, "← First items") : null,
-    batch.items_next_after !== null && batch.items_next_after !== undefined
-      ? h("a", { href: query(batch.items_next_after) }, "Next items →") : null);
-  const what = state ? `${state} items` : "items";
-  return [batch.items.length ? table(["#", "State", "Model", "Started", "Finished", "Error"], rows, `The batch's ${what}`)
-    : h("p", { class: "empty" }, `No ${what} here.`), pages];
-}
-
-function buildActions(actions, status, batch, base, restart) {
-  const download = (format) => h("button", {
-    type: "button", class: "button", dataset: { download: format },
-    onclick: async () => {
-      const name = `batch-${batch.id}.${format}`;
-      try {
-        const response = await call(`${base}/${batch.id}/results`, { query: { format }, raw: true });
-        const size = await saveResponse(response, name);
-        replace(status, `Saved ${name} (${size} bytes).`);
-      } catch (err) {
-        replace(status, errorBox(err));
-      }
-    },
-  }, `Download results (${format.toUpperCase()})`);
-  const cancel = h("button", {
-    type: "button", class: "button danger", id: "cancel-batch",
-    onclick: async () => {
-      const yes = await confirmDialog({
-        title: "Cancel this batch?",
-        body: `Batch ${batch.id}: queued items will never run and running items are stopped. This cannot be undone.`,
-        yes: "Cancel the batch", no: "Keep it running",
-      });
-      if (!yes) return;
-      try {
-        const after = await call(`${base}/${batch.id}/cancel`, { method: "POST", query: view(base === basePath("admin") ? "admin" : "caller") });
-        replace(status, `Batch cancelled: ${after.counts.cancelled} items cancelled.`);
-        announce("Batch cancelled");
-        restart();
-      } catch (err) {
-        replace(status, errorBox(err));
-      }
-    },
-  }, "Cancel batch…");
-  replace(actions, download("json"), download("jsonl"), cancel);
-}
-
-function updateActions(actions, batch) {
-  const cancel = actions.querySelector("#cancel-batch");
-  const over = batch.finished || batch.status === "cancelled";
-  cancel.disabled = over;
-  cancel.title = over ? "Nothing left to cancel" : "";
 }

@@ -1,6 +1,7 @@
 // The Relay console: sign-in, navigation and a hash router over the views. No build step, no third-party code.
 import { ApiError, session, signIn, signOut } from "./api.js";
-import { batchView, batchesView } from "./batches.js";
+import { batchView } from "./batch.js";
+import { batchesView } from "./batches.js";
 import { operatorView } from "./operator.js";
 import { submitView } from "./submit.js";
 import { errorBox, h, replace, viewerZone } from "./ui.js";

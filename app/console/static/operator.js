@@ -1,12 +1,12 @@
-// The operator's view (admin token): workers alive from their heartbeats, the item queue's depth, a link to the
-// RabbitMQ management UI, and every owner's batches with filters.
+// The operator's view (admin token): workers alive from their heartbeats, where items wait (Postgres before
+// dispatch, then the RabbitMQ queue), a link to the RabbitMQ management UI, and every owner's batches with filters.
 import { call } from "./api.js";
-import { liveBatchList } from "./batches.js";
-import { errorBox, every, h, keepFocus, localTime, replace, table } from "./ui.js";
+import { filterForm, filterQuery, liveBatchList } from "./batches.js";
+import { errorBox, every, h, keepFocus, localTime, replace, table, unlessTransient } from "./ui.js";
 
-const FILTERS = ["principal", "policy", "state", "credential"];
-const STATES = [["", "any"], ["active", "active (items queued or running)"], ["finished", "finished"],
-  ["cancelled", "cancelled"]];
+const FIELDS = [["principal", "Principal", "name, user:NAME or id"], ["policy", "Policy", "name or id"],
+  ["credential", "Credential id", "relay key or token id"]];
+const FILTERS = [...FIELDS.map(([name]) => name), "state", "search"];
 
 export function operatorView(main, route, session) {
   if (session.role !== "admin") {
@@ -19,19 +19,21 @@ export function operatorView(main, route, session) {
   const current = Object.fromEntries(FILTERS.map((f) => [f, route.query.get(f) || ""]));
   replace(main, h("h1", { tabindex: "-1" }, "Operator"),
     h("section", { "aria-labelledby": "fleet-h" }, h("h2", { id: "fleet-h" }, "Workers and queue"), fleet),
-    h("section", { "aria-labelledby": "all-h" }, h("h2", { id: "all-h" }, "Every batch"), filterForm(current), list));
+    h("section", { "aria-labelledby": "all-h" }, h("h2", { id: "all-h" }, "Every batch"),
+      filterForm("operator-filters", "#/operator", current, FIELDS), list));
   const stopFleet = every(3000, async () => {
     try {
       const status = await call("/admin/workers");
       keepFocus(fleet, () => renderFleet(fleet, status));
     } catch (err) {
-      replace(fleet, errorBox(err));
+      replace(fleet, errorBox(unlessTransient(err)));
     }
   });
+  const kept = dropEmpty(current);
   const stopList = liveBatchList(list, {
     role: "admin", query: { ...listQuery(current), cursor: route.query.get("cursor") || "" },
-    caption: "Every batch, newest first",
-    pager: (c) => `#/operator?${new URLSearchParams({ ...dropEmpty(current), ...(c ? { cursor: c } : {}) })}`,
+    caption: "Every batch, newest first", filtered: Object.keys(kept).length > 0,
+    pager: (c) => `#/operator?${new URLSearchParams({ ...kept, ...(c ? { cursor: c } : {}) })}`,
   });
   return () => {
     stopFleet();
@@ -43,29 +45,15 @@ function dropEmpty(values) {
   return Object.fromEntries(Object.entries(values).filter(([, v]) => v));
 }
 
-// The console's "state" filter as the API's status / finished arguments.
-function listQuery({ principal, policy, state, credential }) {
-  const byState = { active: { finished: "false", status: "queued" }, finished: { finished: "true" },
-    cancelled: { status: "cancelled" } }[state] || {};
-  return { principal, policy, credential, ...byState };
+// The console's filters as the API's arguments.
+function listQuery({ principal, policy, credential, state, search }) {
+  return { principal, policy, credential, ...filterQuery(state, search) };
 }
 
-function filterForm(current) {
-  const field = (name, label, hint) => h("div", { class: "field" }, h("label", { for: `f-${name}` }, label),
-    h("input", { id: `f-${name}`, name, value: current[name], placeholder: hint, autocomplete: "off" }));
-  const form = h("form", { class: "form inline", id: "operator-filters" },
-    field("principal", "Principal", "name, user:NAME or id"), field("policy", "Policy", "name or id"),
-    h("div", { class: "field" }, h("label", { for: "f-state" }, "State"), h("select", { id: "f-state", name: "state" },
-      STATES.map(([v, text]) => h("option", { value: v, selected: v === current.state }, text)))),
-    field("credential", "Credential id", "relay key or token id"),
-    h("button", { type: "submit", class: "button" }, "Filter"),
-    h("a", { href: "#/operator", class: "button subtle" }, "Clear"));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const values = Object.fromEntries(FILTERS.map((f) => [f, form.elements[f].value.trim()]));
-    window.location.hash = `#/operator?${new URLSearchParams(dropEmpty(values))}`;
-  });
-  return form;
+function waitingText({ queued, unpublished, running }) {
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  return `${plural(queued, "item")} queued in Postgres (${unpublished} not yet published to RabbitMQ), `
+    + `${running} running`;
 }
 
 function renderFleet(box, status) {
@@ -87,6 +75,10 @@ function renderFleet(box, status) {
     h("dl", { class: "facts wide" },
       h("dt", {}, "Workers alive"), h("dd", { id: "workers-alive" }, `${status.alive} of ${status.workers.length}`,
         h("span", { class: "muted" }, ` (silent after ${status.lost_after_s} s without a heartbeat)`)),
+      h("dt", {}, "Items waiting"), h("dd", { id: "items-waiting" }, waitingText(status.items),
+        h("p", { class: "muted small" }, "Items wait in Postgres until the dispatcher publishes them: a window at a "
+          + "time, sized to the live workers' threads, each message holding up to 8 items. The queue's message count "
+          + "(here and in the RabbitMQ UI) is that window, not the backlog.")),
       h("dt", {}, "Item queue"), h("dd", { id: "queue-depth" }, h("code", {}, q.name), ": ", queueText),
       h("dt", {}, "Broker"), h("dd", {}, ui)),
     rows.length ? table(["Worker", "Host", "PID", "State", "Last heartbeat", "Started", "Running items"], rows,

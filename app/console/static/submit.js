@@ -1,10 +1,15 @@
-// Submit: a JSON Lines file of request bodies and a shape. The lines are checked to be JSON here (by line
-// number) and spliced into the body as they are; the API validates the whole batch and lists every bad item.
+// Submit: a JSON Lines file and a shape. Two formats are told apart by their lines: Relay's (one request body a
+// line, spliced into `POST /v1/batches` as they are) and OpenAI's batch input file (`custom_id`, `method`, `url`,
+// `body` a line), which goes through the OpenAI-compatible Files and Batches API, so its results keep the
+// custom_ids. The lines are checked to be JSON here (by line number); the API validates the whole batch and lists
+// every bad item.
 import { ApiError, call } from "./api.js";
 import { errorBox, h, replace } from "./ui.js";
 
 const SHAPES = [["openai", "OpenAI Chat Completions"], ["anthropic", "Anthropic Messages"],
   ["openai_responses", "OpenAI Responses"]];
+const OPENAI_LINE = ["custom_id", "method", "url", "body"];
+const OPENAI_ENDPOINTS = ["/v1/chat/completions", "/v1/responses"];
 
 export function submitView(main, route, session) {
   if (session.role === "admin") {
@@ -14,21 +19,25 @@ export function submitView(main, route, session) {
   }
   const result = h("div", { id: "submit-result", "aria-live": "polite" });
   const form = h("form", { class: "form", id: "submit-form", novalidate: true },
-    h("div", { class: "field" }, h("label", { for: "file" }, "Requests file (JSON Lines: one request body per line)"),
+    h("div", { class: "field" }, h("label", { for: "file" }, "Requests file (JSON Lines)"),
       h("input", { type: "file", id: "file", name: "file", required: true,
         accept: ".jsonl,.ndjson,.json,.txt,application/x-ndjson,application/jsonl,text/plain" })),
-    h("div", { class: "field" }, h("label", { for: "shape" }, "Shape of every request"),
+    h("div", { class: "field" }, h("label", { for: "shape" }, "Shape of every request (Relay's format)"),
       h("select", { id: "shape", name: "shape" }, SHAPES.map(([v, label]) => h("option", { value: v }, `${v} — ${label}`)))),
-    h("div", { class: "field" }, h("label", { for: "metadata" }, "Metadata (optional JSON object)"),
-      h("textarea", { id: "metadata", name: "metadata", rows: "2", placeholder: '{"job": "nightly"}' })),
+    h("div", { class: "field" }, h("label", { for: "metadata" }, "Metadata (optional JSON object; a \"name\" names the "
+      + "batch in the lists)"),
+    h("textarea", { id: "metadata", name: "metadata", rows: "2", placeholder: '{"name": "nightly evals"}' })),
     h("button", { type: "submit", class: "button primary" }, "Submit batch"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     send(form, result);
   });
   replace(main, h("h1", { tabindex: "-1" }, "Submit a batch"),
-    h("p", {}, "Each non-blank line of the file is one request body of the chosen shape, without ", h("code", {}, "stream"),
-      ". Relay checks the whole batch first: one bad item rejects it, and every problem is listed below."),
+    h("p", { id: "submit-expects" }, "The file is either Relay's format, one request body of the chosen shape a line "
+      + "(without ", h("code", {}, "stream"), "), or an OpenAI batch input file, one ", h("code", {},
+      "{custom_id, method, url, body}"), " a line, which is sent through the OpenAI-compatible API so results keep "
+      + "your custom_ids. Relay checks the whole batch first: one bad item rejects it, and every problem is listed "
+      + "below."),
     form, result);
   return () => {};
 }
@@ -47,18 +56,23 @@ async function send(form, result) {
       list.map((p) => `line ${p.line}: ${p.message}`))));
     return;
   }
-  let metadata = "";
   const raw = form.elements.metadata.value.trim();
+  let metadata;
   if (raw) {
     try {
-      JSON.parse(raw);
-      metadata = `"metadata": ${raw}, `;
+      metadata = JSON.parse(raw);
     } catch (err) {
       replace(result, errorBox({ code: "invalid_metadata", message: `metadata is not JSON: ${err.message}` }));
       return;
     }
   }
-  const body = `{"shape": ${JSON.stringify(form.elements.shape.value)}, ${metadata}"requests": [`
+  if (isOpenAIFile(lines)) await sendOpenAI(file, lines, metadata, result);
+  else await sendRelay(lines, form.elements.shape.value, raw, result);
+}
+
+// Relay's own submit: the lines spliced into the body as they are.
+async function sendRelay(lines, shape, rawMetadata, result) {
+  const body = `{"shape": ${JSON.stringify(shape)}, ${rawMetadata ? `"metadata": ${rawMetadata}, ` : ""}"requests": [`
     + `${lines.map((l) => l.text).join(",")}]}`;
   replace(result, h("p", { role: "status" }, `Submitting ${lines.length} requests…`));
   try {
@@ -69,15 +83,50 @@ async function send(form, result) {
   }
 }
 
-// Non-blank lines with their line numbers, and the lines that are not JSON.
+// Every line an object of OpenAI's batch input members (the first line decides what the others must be).
+function isOpenAIFile(lines) {
+  return lines.every(({ value }) => value && typeof value === "object" && !Array.isArray(value)
+    && "custom_id" in value && "body" in value && Object.keys(value).every((k) => OPENAI_LINE.includes(k)));
+}
+
+// An OpenAI batch input file: uploaded (`POST /v1/files`), then a batch created from it (`POST /v1/batches`) for
+// the endpoint its lines name.
+async function sendOpenAI(file, lines, metadata, result) {
+  const endpoints = [...new Set(lines.map(({ value }) => value.url))];
+  const endpoint = endpoints.length === 1 && OPENAI_ENDPOINTS.includes(endpoints[0]) ? endpoints[0] : null;
+  if (!endpoint) {
+    replace(result, errorBox({ code: "invalid_batch", message: "an OpenAI batch input file names one endpoint in every"
+      + ` line's url: ${OPENAI_ENDPOINTS.join(" or ")} (this one names ${endpoints.join(", ")})` }));
+    return;
+  }
+  replace(result, h("p", { role: "status" }, `OpenAI batch input file: uploading ${lines.length} requests for ${endpoint}…`));
+  try {
+    const form = new FormData();
+    form.append("purpose", "batch");
+    form.append("file", file, file.name);
+    const uploaded = await call("/v1/files", { method: "POST", body: form });
+    const batch = await call("/v1/batches", { method: "POST", body: JSON.stringify({
+      input_file_id: uploaded.id, endpoint, completion_window: "24h", ...(metadata ? { metadata } : {}) }) });
+    window.location.hash = `#/batches/${uuidOf(batch.id)}`;
+  } catch (err) {
+    replace(result, errorBox(err, lineProblems(err)));
+  }
+}
+
+// `batch_<32 hex>` as the UUID Relay's own pages use.
+function uuidOf(id) {
+  const hex = id.replace(/^batch_/, "");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+// Non-blank lines with their line numbers and values, and the lines that are not JSON.
 function readLines(text) {
   const lines = [];
   const problems = [];
   text.split(/\r?\n/).forEach((line, i) => {
     if (!line.trim()) return;
     try {
-      JSON.parse(line);
-      lines.push({ text: line.trim(), line: i + 1 });
+      lines.push({ text: line.trim(), line: i + 1, value: JSON.parse(line) });
     } catch (err) {
       problems.push({ line: i + 1, message: `not valid JSON (${err.message})` });
     }
@@ -88,11 +137,24 @@ function readLines(text) {
 // The API's whole-batch validation errors, one per item index (with the file's line number).
 function itemProblems(err, lines) {
   if (!(err instanceof ApiError) || !Array.isArray(err.details)) return null;
-  const entries = err.details.map((d) => {
+  return counted(err.details.map((d) => {
     if (d.idx === undefined || d.idx === null) return `${d.field}: ${d.message}`;
     const where = lines[d.idx] ? ` (line ${lines[d.idx].line})` : "";
     return `item ${d.idx}${where} · ${d.field}: ${d.message}`;
-  });
+  }));
+}
+
+// An OpenAI input file's errors, by its line and custom_id.
+function lineProblems(err) {
+  if (!(err instanceof ApiError) || !Array.isArray(err.details)) return null;
+  return counted(err.details.map((d) => {
+    const where = d.line === null || d.line === undefined ? "the file" : `line ${d.line}`;
+    const id = d.custom_id ? ` (custom_id ${d.custom_id})` : "";
+    return `${where}${id} · ${d.field || "line"}: ${d.message}`;
+  }));
+}
+
+function counted(entries) {
   return [h("p", {}, `${entries.length} problem${entries.length === 1 ? "" : "s"}; nothing was submitted:`),
     problemList(entries)];
 }

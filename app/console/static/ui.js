@@ -1,4 +1,5 @@
 // DOM helpers shared by the views. Text from the API only ever reaches the page as text nodes (never as HTML).
+import { ApiError } from "./api.js";
 
 export const ITEM_STATES = ["completed", "discarded", "cancelled", "running", "queued"];
 const FINAL = ["completed", "discarded", "cancelled"];
@@ -175,23 +176,67 @@ export function table(headers, rows, caption) {
       h("tbody", {}, rows)));
 }
 
-// Run FN now and every MS milliseconds until the returned stop() is called or FN returns false.
+const FIRST_RETRY_MS = 2000;
+const LONGEST_RETRY_MS = 30_000;
+
+// Run FN now and every MS milliseconds until the returned stop() is called or FN returns false. When Relay does not
+// answer (FN throws a transient ApiError: a restart, an outage), the page keeps what it shows, says so in the
+// connection banner, and asks again after 2, 4, 8 ... 30 s; other errors are FN's to show.
 export function every(ms, fn) {
   let stopped = false;
   let timer = null;
+  let retry = 0;
   const tick = async () => {
     if (stopped) return;
     let again = true;
+    let wait = ms;
     try {
       again = (await fn()) !== false;
+      if (retry) connectionBack();
+      retry = 0;
     } catch (err) {
-      console.warn("refresh failed", err);
+      if (err instanceof ApiError && err.transient) {
+        retry = Math.min(retry ? retry * 2 : FIRST_RETRY_MS, LONGEST_RETRY_MS);
+        wait = retry;
+        connectionLost(err, retry);
+      } else {
+        console.warn("refresh failed", err);
+      }
     }
-    if (!stopped && again) timer = window.setTimeout(tick, ms);
+    if (!stopped && again) timer = window.setTimeout(tick, wait);
   };
   tick();
   return () => {
     stopped = true;
     window.clearTimeout(timer);
   };
+}
+
+// Rethrow ERR when it is a transient failure (every() retries those), else give it back to be shown.
+export function unlessTransient(err) {
+  if (err instanceof ApiError && err.transient) throw err;
+  return err;
+}
+
+function connectionLost(err, waitMs) {
+  const banner = document.getElementById("connection");
+  banner.hidden = false;
+  banner.className = "connection trouble";
+  replace(banner, h("strong", {}, "Relay does not answer"), ` (${err.message}). Trying again in ${waitMs / 1000} s; `
+    + "this page keeps what it shows and updates itself once Relay answers.");
+}
+
+function connectionBack() {
+  const banner = document.getElementById("connection");
+  banner.className = "connection back";
+  replace(banner, "Relay answers again: this page is up to date.");
+  window.setTimeout(() => { if (banner.classList.contains("back")) banner.hidden = true; }, 6000);
+}
+
+// Dollars for people: `$0.00585`, `$12.40`; `unpriced` when the cost is not known (null).
+export function usd(value) {
+  if (value === null || value === undefined) return "unpriced";
+  const n = Number(value);
+  if (n === 0) return "$0";
+  return n >= 1 ? `$${n.toFixed(2)}` : `$${Number(n.toPrecision(3))}`;
 }

@@ -1,6 +1,6 @@
 // Usage: requests and cost per day by model, as a stacked bar chart (plain SVG) and the same numbers in a table.
 import { call } from "./api.js";
-import { errorBox, h, replace, table } from "./ui.js";
+import { errorBox, every, h, replace, table, unlessTransient, usd } from "./ui.js";
 
 const PALETTE = ["#0969da", "#bf3989", "#1a7f37", "#9a6700", "#8250df", "#cf222e", "#1b7c83", "#57606a"];
 const MAX_MODELS = PALETTE.length - 1; // the rest are drawn together as "other models"
@@ -27,8 +27,14 @@ export function usageView(main, route, session) {
   const who = session.role === "admin" ? "every caller" : "your credential";
   replace(main, h("h1", { tabindex: "-1" }, "Usage"),
     h("p", {}, `Requests and cost per day by model for ${who}. Days are UTC days.`), form, out);
-  load(out, { source, days, metric }).catch((err) => replace(out, errorBox(err)));
-  return () => {};
+  return every(60_000, async () => {
+    try {
+      await load(out, { source, days, metric });
+    } catch (err) {
+      replace(out, errorBox(unlessTransient(err)));
+    }
+    return false; // drawn once (every() asks again while Relay does not answer)
+  });
 }
 
 function select(name, label, options, value) {
@@ -57,8 +63,9 @@ async function load(out, { source, days, metric }) {
   const names = [...shown, ...(shown.length < ranked.length ? ["other models"] : [])];
   const t = summary.totals;
   replace(out,
-    h("p", { class: "lead" }, `${t.requests} requests · cost $${money(t.cost_usd)}`,
-      t.unpriced ? ` · ${t.unpriced} unpriced` : ""),
+    h("p", { class: "lead" }, `${t.requests} requests · cost ${t.cost_usd === null ? "unknown" : usd(t.cost_usd)}`,
+      t.unpriced ? ` · ${t.unpriced} unpriced (their cost is not known)` : "",
+      t.cancelled ? ` · ${t.cancelled} cancelled` : ""),
     summary.rows.length ? [chart(dayKeys, grid, names, metric), legend(names), dataTable(summary.rows)]
       : h("p", { class: "empty" }, "No usage in this period."));
 }
@@ -67,28 +74,42 @@ function value(row, metric) {
   return metric === "requests" ? row.requests : Number(row.cost_usd || 0);
 }
 
-function money(usd) {
-  const n = Number(usd || 0);
-  if (n === 0) return "0";
-  return n >= 0.01 ? n.toFixed(2) : n.toPrecision(3);
+// The value axis: round steps (1, 2, 2.5 or 5 times a power of ten; whole requests) up to a top at or above the
+// peak, each labelled with as many decimals as its step needs (a 0.0111 peak tops at $0.015, never "$0.01").
+export function ticks(peak, metric, wanted = 4) {
+  const raw = Math.max(peak, Number.MIN_VALUE) / wanted;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  let step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= raw);
+  if (metric === "requests") step = Math.max(1, Math.ceil(step));
+  const count = Math.max(1, Math.ceil(peak / step - 1e-9));
+  const decimals = metric === "requests" ? 0 : decimalsOf(step);
+  const label = (v) => (metric === "requests" ? String(Math.round(v)) : `$${v.toFixed(decimals)}`);
+  return Array.from({ length: count + 1 }, (_, i) => ({ value: i * step, label: label(i * step) }));
+}
+
+function decimalsOf(x) {
+  let d = 0;
+  while (d < 12 && Math.abs(Math.round(x * 10 ** d) - x * 10 ** d) > 1e-6) d += 1;
+  return d;
 }
 
 function fmt(v, metric) {
-  return metric === "requests" ? String(v) : `$${money(v)}`;
+  return metric === "requests" ? String(v) : usd(v);
 }
 
 function chart(dayKeys, grid, names, metric) {
-  const peak = Math.max(...dayKeys.map((d) => [...grid.get(d).values()].reduce((a, b) => a + b, 0)), 0) || 1;
+  const peak = Math.max(...dayKeys.map((d) => [...grid.get(d).values()].reduce((a, b) => a + b, 0)), 0);
+  const axis = ticks(peak || 1, metric);
+  const top = axis[axis.length - 1].value;
   const plotW = W - M.left - M.right;
   const plotH = H - M.top - M.bottom;
   const step = plotW / dayKeys.length;
-  const y = (v) => M.top + plotH - (v / peak) * plotH;
+  const y = (v) => M.top + plotH - (v / top) * plotH;
   const svg = h("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img",
     "aria-label": `${metric === "cost" ? "Cost" : "Requests"} per day by model, stacked; the table below has the numbers` });
-  for (let i = 0; i <= 4; i += 1) {
-    const v = (peak * i) / 4;
-    svg.append(h("line", { x1: M.left, x2: W - M.right, y1: y(v), y2: y(v), class: "gridline" }),
-      h("text", { x: M.left - 6, y: y(v) + 4, "text-anchor": "end", class: "axis" }, fmt(v, metric)));
+  for (const { value, label } of axis) {
+    svg.append(h("line", { x1: M.left, x2: W - M.right, y1: y(value), y2: y(value), class: "gridline" }),
+      h("text", { x: M.left - 6, y: y(value) + 4, "text-anchor": "end", class: "axis tick" }, label));
   }
   const every = Math.ceil(dayKeys.length / 10);
   dayKeys.forEach((day, i) => {
@@ -119,8 +140,12 @@ function legend(names) {
 
 function dataTable(rows) {
   const sorted = [...rows].sort((a, b) => String(b.bucket).localeCompare(String(a.bucket)) || b.requests - a.requests);
-  return table(["Day (UTC)", "Model", "Requests", "Errors", "Tokens in / out", "Cost (USD)"], sorted.map((r) => h("tr", {},
-    h("td", {}, String(r.bucket).slice(0, 10)), h("td", {}, r.model || "—"), h("td", { class: "num" }, String(r.requests)),
-    h("td", { class: "num" }, String(r.errors)), h("td", { class: "num" }, `${r.input_tokens} / ${r.output_tokens}`),
-    h("td", { class: "num", title: r.cost_usd }, r.cost_usd))), "Usage per day and model");
+  return table(["Day (UTC)", "Model", "Requests", "Errors", "Cancelled", "Tokens in / out", "Cost (USD)"],
+    sorted.map((r) => h("tr", { dataset: { model: r.model || "" } },
+      h("td", {}, String(r.bucket).slice(0, 10)), h("td", {}, r.model || "—"),
+      h("td", { class: "num" }, String(r.requests)), h("td", { class: "num errors" }, String(r.errors)),
+      h("td", { class: "num cancelled" }, String(r.cancelled)),
+      h("td", { class: "num" }, `${r.input_tokens} / ${r.output_tokens}`),
+      h("td", { class: "num cost", title: r.cost_usd === null ? "no price is known for this model" : r.cost_usd },
+        r.cost_usd === null ? "unpriced" : r.cost_usd))), "Usage per day and model");
 }

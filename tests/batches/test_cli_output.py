@@ -1,0 +1,158 @@
+"""What `relay batches` and `relay admin-batches` print in a terminal, run for real against a real API and real
+workers: summaries and tables for people (`--json` for scripts), a progress bar that redraws cleanly and counts the
+queued items, errors by file line, a hint for the admin token, and `submit --wait` outliving an API restart."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.batches.helpers import CHAT, wait_for
+from tests.processes import ROOT, start_api
+
+pytestmark = pytest.mark.integration
+
+
+def cli(url: str, secret: str, *args: str, command: str = "batches",
+        flag: str = "--key") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RELAY_KEY", "RELAY_ADMIN_TOKEN")}
+    return subprocess.run([sys.executable, "-m", "app.cli", command, *args, "--url", url, flag, secret], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180, check=False, env=env)
+
+
+def screen(stream: str) -> list[str]:
+    """What a terminal shows for STREAM: a carriage return moves back to the start of the line, whose characters
+    are overwritten one by one (not cleared)."""
+    lines, current = [], ""
+    for chunk in stream.split("\n"):
+        for part in chunk.split("\r"):
+            current = part + current[len(part):]
+        lines.append(current)
+        current = ""
+    return lines
+
+
+def _jsonl(tmp_path: Path, *bodies: Any, blank_after: int | None = None) -> Path:
+    path = tmp_path / "requests.jsonl"
+    text = [json.dumps(b) for b in bodies]
+    if blank_after is not None:
+        text.insert(blank_after, "")
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def test_status_list_and_results_speak_to_people_and_json_stays_for_scripts(relay_api, workers, key,  # type: ignore[no-untyped-def]
+                                                                              tmp_path) -> None:
+    submitted = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, *[CHAT] * 3)), "--shape", "openai",
+                    "--metadata", '{"name": "nightly"}', "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    batch_id = submitted.stdout.splitlines()[0]
+    status = cli(relay_api.url, key, "status", batch_id)
+    lines = status.stdout.splitlines()
+    assert lines[0] == f"batch {batch_id}: done — nightly"
+    assert lines[1] == "  3 items (relay API, shape openai): 3 completed, 0 discarded, 0 cancelled, 0 running, 0 queued"
+    assert lines[3].startswith("  cost $0.0000") and "tokens" in lines[3]
+    assert "policy main" in lines[4] and "principal batch-svc" in lines[4]
+    assert lines[6].split() == ["IDX", "STATE", "MODEL", "ERROR"] and lines[7].split()[:3] == ["0", "completed",
+                                                                                               "gpt-4o-mini"]
+    assert len(lines) == 10  # a summary and a table, not the API's JSON
+    assert json.loads(cli(relay_api.url, key, "status", batch_id, "--json").stdout)["id"] == batch_id
+    listed = cli(relay_api.url, key, "list", "--search", "nightly").stdout.splitlines()
+    assert listed[0].split() == ["ID", "CREATED", "API", "SHAPE", "STATE", "ITEMS", "COST", "NAME"]
+    assert listed[1].startswith(batch_id) and listed[1].split()[-4:-2] == ["done", "3"]
+    assert listed[1].endswith("nightly")
+    out = tmp_path / "out.jsonl"
+    written = cli(relay_api.url, key, "results", batch_id, "-o", str(out))
+    assert written.returncode == 0 and written.stdout == f"wrote 3 results ({out.stat().st_size} bytes) to {out}\n"
+    assert cli(relay_api.url, key, "list", "--state", "cancelled", "--search", "nightly").stdout == "no batches match\n"
+
+
+def test_the_progress_bar_counts_queued_items_and_leaves_nothing_behind_when_it_shrinks() -> None:
+    from app.commands import batches
+
+    batch = {"total": 100, "finished": False, "counts": {"queued": 0, "running": 100, "completed": 0, "discarded": 0,
+                                                         "cancelled": 0}}
+    later = {**batch, "counts": {**batch["counts"], "running": 3, "completed": 97}}
+    answers = iter([batch, later, {**later, "finished": True, "counts": {**later["counts"], "running": 0,
+                                                                         "completed": 100}}])
+    out = io.StringIO()
+    original = batches._call
+    batches._call = lambda *_args, **_kwargs: next(answers)  # type: ignore[assignment]
+    try:
+        batches.wait_for(None, "b", out, interval=0)  # type: ignore[arg-type]
+    finally:
+        batches._call = original
+    drawn = out.getvalue().split("\r")[1:]
+    assert "queued 0" in drawn[0] and "running 100" in drawn[0]
+    shown = screen(out.getvalue())
+    assert shown[0].rstrip() == drawn[-1].rstrip()  # what the terminal shows is the last line, nothing of the others
+    assert "running 100" not in shown[0] and shown[0].rstrip().endswith("running 0  queued 0")
+
+
+def test_a_refused_batch_is_told_by_file_line_as_the_console_tells_it(relay_api, key, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = _jsonl(tmp_path, CHAT, {"model": "gpt-4o-mini"}, CHAT, {**CHAT, "custom_id": "q-3"}, blank_after=1)
+    refused = cli(relay_api.url, key, "submit", str(path), "--shape", "openai")
+    assert refused.returncode == 1
+    err = refused.stderr.splitlines()
+    assert err[0].startswith(f"relay: invalid_batch: invalid batch: {path}:3: requests[1].messages: is required")
+    assert "  line 3, requests[1].messages: is required" in err
+    assert any(line.startswith("  line 5, requests[3].custom_id: is not a member of a request body") for line in err)
+
+
+def test_the_admin_token_given_to_relay_batches_is_told_where_it_belongs(relay_api, settings) -> None:  # type: ignore[no-untyped-def]
+    refused = cli(relay_api.url, settings.admin_token, "list")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("relay: invalid_credential: ") and "relay admin-batches" in refused.stderr
+    assert "rk_" in refused.stderr and "Traceback" not in refused.stderr
+    wrong = cli(relay_api.url, "rk_not-a-key", "list")
+    assert wrong.returncode == 1 and "admin-batches" not in wrong.stderr  # a wrong key is only a wrong key
+
+
+def test_the_admin_cli_takes_any_spelling_of_an_id_and_says_where_items_wait(relay_api, workers, settings,  # type: ignore[no-untyped-def]
+                                                                             key, tmp_path) -> None:
+    batch_id = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, CHAT)), "--shape", "openai",
+                   "--wait").stdout.splitlines()[0]
+    for spelled in (f"batch_{batch_id.replace('-', '')}", f"msgbatch_{batch_id.replace('-', '')}"):
+        status = cli(relay_api.url, settings.admin_token, "status", spelled, command="admin-batches", flag="--token")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith(f"batch {batch_id}: done")
+    fleet = cli(relay_api.url, settings.admin_token, "workers", command="admin-batches", flag="--token").stdout
+    assert "queued in Postgres" in fleet and "not yet published to RabbitMQ" in fleet
+    assert fleet.splitlines()[0].startswith("workers: ") and "alive" in fleet
+
+
+def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_env, workers, key, upstream,  # type: ignore[no-untyped-def]
+                                                                       make_key, tmp_path) -> None:
+    slow = make_key("slow")["key"]
+    upstream.control("sk-batch-slow", latency_ms=2_500)  # below the items' 4 s limit
+    api = start_api(settings_env, tmp_path)
+    port = int(api.url.rsplit(":", 1)[1])
+    waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
+                                str(_jsonl(tmp_path, *[CHAT] * 4)), "--shape", "openai", "--wait", "--url", api.url,
+                                "--key", slow], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: upstream.stats()["in_flight"] >= 4, timeout=30, what="the batch running")
+        api.stop(signal.SIGTERM)
+        time.sleep(1.5)  # the CLI finds nobody there for a while
+        api = start_api(settings_env, tmp_path, port=port)
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        upstream.forget("sk-batch-slow")
+        if waiting.poll() is None:
+            waiting.kill()
+        api.stop()
+    assert waiting.returncode == 0, err
+    assert out.splitlines()[1] == "completed=4 discarded=0 cancelled=0"
+    told = [line for line in err.splitlines() if line.startswith("relay: ")]
+    assert told and told[0].startswith(f"relay: cannot reach the Relay API at {api.url}: ")
+    assert f"batch {out.splitlines()[0]} keeps running meanwhile; asking again in 0.5 s" in told[0]
+    assert told[-1].startswith("relay: the Relay API answers again (after ")
