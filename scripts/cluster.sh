@@ -353,7 +353,7 @@ down() {
   [ -f "$C/cluster.env" ] || { log "no cluster in $C"; return 0; }
   load_state
   local name n; for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
-  for n in 3 2 1; do mq_stop "$n"; done
+  for n in 1 2 3; do mq_stop "$n" & done; wait
   pg_stop "$(other "$(pg_primary)")"; pg_stop "$(pg_primary)"
 }
 

@@ -3,6 +3,7 @@ can cut, and a fault-test Stack whose API calls go through the real `relay api` 
 
 from __future__ import annotations
 
+import itertools
 import os
 import selectors
 import shlex
@@ -101,6 +102,17 @@ class Cluster:
     def rejoin(self, node: str) -> None:
         """Rebuild NODE as the synchronous standby of the current primary."""
         self.sh("rejoin", f"pg-{node}")
+
+    def create_database(self, name: str) -> str:
+        """Create database NAME on the primary (if missing, with the migrations); its multi-host URL."""
+        with psycopg.connect(self.node_url(self.primary()).rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+        url = self.relay_settings()["database_url"].replace(f"/{self.database}?", f"/{name}?")
+        from app.migrate import apply_migrations
+
+        apply_migrations(url)
+        return url
 
     def synchronous_standbys(self) -> int:
         with psycopg.connect(self.node_url(self.primary()), autocommit=True, connect_timeout=5) as conn:
@@ -267,4 +279,4 @@ def resume_after(times: list[float], fault_at: float, window_s: float = 1.0, sha
 def longest_gap(times: list[float], start: float) -> float:
     """The longest time after START without an item becoming final (up to the last one)."""
     marks = [start, *(t for t in times if t >= start)]
-    return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
+    return max((b - a for a, b in itertools.pairwise(marks)), default=0.0)
