@@ -8,7 +8,7 @@
 #                                                                       worker-a, worker-b, upstream
 #        scripts/cluster.sh promote pg-X     make the standby pg-X the primary (after its primary died)
 #        scripts/cluster.sh rejoin pg-X      rebuild pg-X as the synchronous standby of the current primary
-#        scripts/cluster.sh leader           the RabbitMQ node leading the item queue
+#        scripts/cluster.sh leader [QUEUE]   the RabbitMQ node leading the item queue (or QUEUE)
 # Everything lives under $RELAY_CLUSTER_DIR (default .cluster/, git-ignored); ports are free ones chosen at the
 # first `up` and kept in .cluster/cluster.env. `down` keeps the data; `rm -rf .cluster` after it forgets it all.
 set -euo pipefail
@@ -120,14 +120,14 @@ mq_stop() {  # also a node that paused itself (pause_minority: the last one stan
 mq_kill() { local pid; pid=$(cat "$C/rabbit$1/rabbit.pid" 2>/dev/null || true)
   [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && log "rabbit$1 killed (pid $pid)" || true; }
 
-mq_leader() {  # the node (rabbitN) leading the item queue
-  local n leader
+mq_leader() {  # mq_leader [QUEUE]: the node (rabbitN) leading the item queue (or QUEUE)
+  local n leader queue=${1:-$QUEUE}
   for n in 1 2 3; do
     mq_running "$n" || continue
-    leader=$(ctl "$n" -q list_queues name leader --no-table-headers 2>/dev/null | awk -v q="$QUEUE" '$1 == q {print $2}')
-    [ -n "$leader" ] || die "no queue $QUEUE yet (start a worker)"
+    leader=$(ctl "$n" -q list_queues name leader --no-table-headers 2>/dev/null | awk -v q="$queue" '$1 == q {print $2}')
+    [ -n "$leader" ] || die "no queue $queue yet (start a worker)"
     for m in 1 2 3; do [ "$leader" = "$(mq_node "$m")" ] && { echo "rabbit$m"; return 0; }; done
-    die "queue $QUEUE is led by unknown node $leader"
+    die "queue $queue is led by unknown node $leader"
   done
   die "no RabbitMQ node is running"
 }
@@ -174,8 +174,8 @@ wal_keep_size = 512MB
 hot_standby = on
 synchronous_commit = on
 fsync = on
-# A client cut off inside a transaction would hold its locks (the dispatcher's and the reaper's leadership among
-# them) until TCP gives up on it, hours by default: the server ends such a session after 10 s.
+# A client cut off inside a transaction would hold its row locks until TCP gives up on it (hours by default): the
+# server ends such a session after 10 s (Relay's leader transactions, dispatcher and reaper, ask for 5 s themselves).
 idle_in_transaction_session_timeout = '10s'
 tcp_keepalives_idle = 5
 tcp_keepalives_interval = 2
@@ -395,6 +395,6 @@ case "${1:-}" in
   kill|start|stop) node_cmd "$1" "${2:-}" ;;
   promote) load_state; pg_promote "${2#pg-}" ;;
   rejoin) load_state; pg_standby "${2#pg-}" ;;
-  leader) load_state; mq_leader ;;
+  leader) load_state; mq_leader "${2:-}" ;;
   *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

@@ -54,7 +54,8 @@ def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s:
     """SIGKILL the node leading the item queue for DOWN_S, then start it again. Worker group A lists that node
     first (it must move), B another one (its dispatcher, which publishes through its first node, keeps going)."""
     pace.slow(stack)
-    leader = cluster.leader()
+    queue = stack.settings.queue_name
+    leader = cluster.leader(queue)
     a = stack.start_worker(pace.threads, **cluster.broker_settings(leader))
     stack.start_worker(pace.threads, **cluster.broker_settings(leader % 3 + 1))
     _, a_id = stack.worker_process(a)
@@ -62,7 +63,7 @@ def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s:
     cluster.kill(f"rabbit{leader}")
     began = db_now(stack)
     time.sleep(down_s)
-    notes = {"leader": leader, "new_leader": cluster.leader(),
+    notes = {"leader": leader, "new_leader": cluster.leader(queue),
              "moved": stack.item_rows(batch_id, "worker_id = %s AND started_at > to_timestamp(%s)", a_id, began + 2)}
     cluster.start(f"rabbit{leader}")
     ended = db_now(stack)

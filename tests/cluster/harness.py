@@ -70,9 +70,9 @@ class Cluster:
     def mq_port(self, node: int) -> int:
         return int(self.state[f"MQ{node}_PORT"])
 
-    def leader(self) -> int:
-        """The RabbitMQ node (1..3) leading the item queue."""
-        return int(self.sh("leader").strip().removeprefix("rabbit"))
+    def leader(self, queue: str) -> int:
+        """The RabbitMQ node (1..3) leading QUEUE."""
+        return int(self.sh("leader", queue).strip().removeprefix("rabbit"))
 
     def kill(self, name: str) -> None:
         self.sh("kill", name)
