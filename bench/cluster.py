@@ -36,6 +36,7 @@ from tests.services import ensure_services, fresh_services
 
 THREADS = 16
 FAULT_MS = 250  # the upstream's latency while a fault is timed: 2 x 8 threads, about 64 items/s, under the CPU's
+WARMUP = 300  # items completed before the fault (about 5 s of that drain: a steady rate to compare with)
 INSTANT_FAULT_S = 5.0  # a fault that is over at once (a failover): the rate is compared over this long after it
 FINAL = ("completed", "discarded", "cancelled")
 FAULTS: dict[str, Callable[[ClusterStack, Cluster, faults.Pace], faults.Fault]] = {
@@ -85,7 +86,7 @@ def _cpu(workers: list[RelayProcess], side: Side) -> dict[str, dict[int, float]]
 
 def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, results: Results) -> None:
     """Run fault NAME during a batch of ITEMS on the cluster; record how long the drain stalled and came back."""
-    pace = faults.Pace(name, items=items, during_ms=FAULT_MS, after_ms=FAULT_MS)
+    pace = faults.Pace(name, items=items, during_ms=FAULT_MS, after_ms=FAULT_MS, warmup=WARMUP)
     primary = cluster.primary()
     try:
         fault = FAULTS[name](stack, cluster, pace)
@@ -100,8 +101,9 @@ def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, res
     label = NAMES[name]
     ended = max(fault.ended, fault.began + INSTANT_FAULT_S)
     before = rate(times, fault.began - 3.0, fault.began)
-    results.add("cluster faults", f"{label}: items/s while it lasts ÷ before", rate(times, fault.began, ended) / before,
-                "x")
+    if before > 0:
+        results.add("cluster faults", f"{label}: items/s while it lasts ÷ before", rate(times, fault.began, ended)
+                    / before, "x")
     results.add("cluster faults", f"{label}: longest stall of the drain", longest_gap(times, fault.began), "s")
     results.add("cluster faults", f"{label}: back to 80% of the rate, after it ended",
                 resume_after(times, fault.ended, share=0.8), "s")

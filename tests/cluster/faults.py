@@ -16,13 +16,15 @@ from tests.reliability.stack import upstream_key
 @dataclass
 class Pace:
     """The batch of a fault run: ITEMS items of SCENARIO (its policy, upstream key and message tag), the upstream's
-    latency while the fault lasts and after it, and the threads of each worker group."""
+    latency while the fault lasts and after it, the threads of each worker group, and how many items complete
+    before the fault."""
 
     scenario: str
     items: int
     during_ms: int
     after_ms: int
     threads: int = 8
+    warmup: int = 100
 
     def slow(self, stack: ClusterStack) -> None:
         stack.upstream.control(upstream_key(self.scenario), latency_ms=self.during_ms)
@@ -42,11 +44,11 @@ class Fault:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def _start(stack: ClusterStack, pace: Pace, progress: int = 100) -> tuple[str, str]:
-    """Submit the batch; (key, batch id) once PROGRESS items are completed."""
+def _start(stack: ClusterStack, pace: Pace) -> tuple[str, str]:
+    """Submit the batch; (key, batch id) once the pace's warm-up items are completed."""
     key = stack.new_key(pace.scenario)
     batch_id = stack.submit(key, pace.scenario, pace.items)
-    stack.wait_items(batch_id, ("completed",), min(progress, pace.items // 5))
+    stack.wait_items(batch_id, ("completed",), min(pace.warmup, pace.items // 5))
     return key, batch_id
 
 
@@ -78,7 +80,7 @@ def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fau
     apis = stack.start_apis(2)
     stack.start_worker(pace.threads, **cluster.broker_settings(2))
     stack.start_worker(pace.threads, **cluster.broker_settings(3))
-    key, batch_id = _start(stack, pace, progress=150)
+    key, batch_id = _start(stack, pace)
     committed = {int(r["idx"]): str(r["state"]) for r in
                  stack.item_rows(batch_id, "state IN ('completed', 'discarded', 'cancelled')")}
     _, new = cluster.fail_over()
@@ -97,8 +99,7 @@ def cut_from_broker(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: fl
         cut = stack.start_worker(pace.threads, broker_url=broker_url, broker_failover_urls="")
         stack.start_worker(pace.threads, **cluster.broker_settings(2))
         _, cut_id = stack.worker_process(cut)
-        key = stack.new_key(pace.scenario)
-        batch_id = stack.submit(key, pace.scenario, pace.items)
+        key, batch_id = _start(stack, pace)
         stack.wait_for_running(batch_id, cut_id)
         proxy.cut()
         began = db_now(stack)
@@ -122,8 +123,7 @@ def cut_from_database(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: 
                                  **cluster.broker_settings(2))
         stack.start_worker(pace.threads, **cluster.broker_settings(3))
         _, cut_id = stack.worker_process(cut)
-        key = stack.new_key(pace.scenario)
-        batch_id = stack.submit(key, pace.scenario, pace.items)
+        key, batch_id = _start(stack, pace)
         sent = _running_and_sent(stack, batch_id, cut_id, pace.scenario, at_least=pace.threads // 2)
         proxy.cut()
         began = db_now(stack)

@@ -27,7 +27,7 @@ def failing_over(clustered: ClusterStack, cluster: Cluster) -> Iterator[ClusterS
 
 def test_the_primary_killed_mid_batch_fails_over_to_the_standby_without_losing_a_committed_outcome(
         failing_over: ClusterStack, cluster: Cluster) -> None:
-    stack, pace = failing_over, Pace("failover", items=1000, during_ms=100, after_ms=20)
+    stack, pace = failing_over, Pace("failover", items=1000, during_ms=100, after_ms=20, warmup=150)
     fault = fail_over_postgres(stack, cluster, pace)
 
     accounting = stack.account(fault.key, fault.batch_id, pace.scenario, pace.items, timeout=180)
@@ -51,7 +51,7 @@ def test_a_worker_cut_from_postgres_while_its_items_run_ends_each_with_one_final
     # A cut past RELAY_WORKER_LOST_AFTER_S (5 s): the other worker's reaper judges the cut one lost. And past the
     # server's idle_in_transaction_session_timeout (10 s), should the cut catch the worker inside a transaction
     # holding the reaper's lock.
-    pace = Pace("pgcut", items=200, during_ms=1500, after_ms=50)
+    pace = Pace("pgcut", items=200, during_ms=1500, after_ms=50, warmup=0)  # cut as soon as it runs items
     fault = cut_from_database(clustered, cluster, pace, cut_s=15)
 
     accounting = clustered.account(fault.key, fault.batch_id, pace.scenario, pace.items, timeout=60)
