@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.harness import Cluster, ClusterStack
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from tests.fake_upstream.harness import FakeUpstream
+from tests.reliability.conftest import fault_upstream, fresh_upstream  # noqa: F401 (the fixtures, shared)
 from tests.reliability.stack import fault_catalog
 
 SCENARIOS = ("leader", "mqcut", "pgcut", "failover", "rolling")
-REQUEST_LOG_SIZE = 200_000
 
 
 def _binaries_missing() -> str:
@@ -57,20 +57,12 @@ def _remove(found: Cluster) -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster_upstream() -> Iterator[FakeUpstream]:
-    upstream = start_fake_upstream(process=True)
-    upstream.settings(request_log_size=REQUEST_LOG_SIZE)
-    yield upstream
-    upstream.stop()
-
-
-@pytest.fixture(scope="session")
-def cluster_stack(cluster: Cluster, cluster_upstream: FakeUpstream,
+def cluster_stack(cluster: Cluster, fault_upstream: FakeUpstream,  # noqa: F811 (the imported fixture)
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterStack]:
     """Relay on the cluster: the multi-host database URL, the broker list and quorum queues of cluster.sh."""
     settings = cluster.relay_settings()
-    built = ClusterStack.build(upstream=cluster_upstream, workdir=cluster.directory / "stack",
-                               catalog=fault_catalog(cluster_upstream.url, SCENARIOS), **settings)
+    built = ClusterStack.build(upstream=fault_upstream, workdir=cluster.directory / "stack",
+                               catalog=fault_catalog(fault_upstream.url, SCENARIOS), **settings)
     _declare_item_queues(built)
     yield built
     built.close()
@@ -89,10 +81,9 @@ def _declare_item_queues(stack: ClusterStack) -> None:
 
 
 @pytest.fixture()
-def clustered(cluster_stack: ClusterStack, cluster_upstream: FakeUpstream) -> Iterator[ClusterStack]:
+def clustered(cluster_stack: ClusterStack,
+              fresh_upstream: FakeUpstream) -> Iterator[ClusterStack]:  # noqa: F811 (the imported fixture)
     """The cluster stack for one test: a fresh upstream log; every process the test started is killed after."""
-    cluster_upstream.reset()
-    cluster_upstream.settings(request_log_size=REQUEST_LOG_SIZE)
     yield cluster_stack
     cluster_stack.stop_processes()
     cluster_stack.api_urls = []

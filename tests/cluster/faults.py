@@ -101,13 +101,7 @@ def cut_from_broker(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: fl
         _, cut_id = stack.worker_process(cut)
         key, batch_id = _start(stack, pace)
         stack.wait_for_running(batch_id, cut_id)
-        proxy.cut()
-        began = db_now(stack)
-        time.sleep(cut_s)
-        ended = db_now(stack)
-        proxy.heal()
-        pace.fast(stack)
-        stack.wait_finished(key, batch_id, timeout=240)
+        began, ended = _cut_for(stack, proxy, pace, cut_s, key, batch_id)
     finally:
         proxy.close()
     return Fault(batch_id, key, began, ended, {"worker": cut, "worker_id": cut_id})
@@ -125,16 +119,23 @@ def cut_from_database(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: 
         _, cut_id = stack.worker_process(cut)
         key, batch_id = _start(stack, pace)
         sent = _running_and_sent(stack, batch_id, cut_id, pace.scenario, at_least=pace.threads // 2)
-        proxy.cut()
-        began = db_now(stack)
-        time.sleep(cut_s)
-        ended = db_now(stack)
-        proxy.heal()
-        pace.fast(stack)
-        stack.wait_finished(key, batch_id, timeout=240)
+        began, ended = _cut_for(stack, proxy, pace, cut_s, key, batch_id)
     finally:
         proxy.close()
     return Fault(batch_id, key, began, ended, {"sent": sent, "worker_id": cut_id})
+
+
+def _cut_for(stack: ClusterStack, proxy: TcpProxy, pace: Pace, cut_s: float, key: str,
+             batch_id: str) -> tuple[float, float]:
+    """Cut PROXY for CUT_S, heal it, let the batch finish at the fast pace; (began, ended)."""
+    proxy.cut()
+    began = db_now(stack)
+    time.sleep(cut_s)
+    ended = db_now(stack)
+    proxy.heal()
+    pace.fast(stack)
+    stack.wait_finished(key, batch_id, timeout=240)
+    return began, ended
 
 
 def _running_and_sent(stack: ClusterStack, batch_id: str, worker_id: str, tag: str, at_least: int,
