@@ -391,7 +391,8 @@ case "${1:-}" in
   up) up "${2:-}" ;;
   down) down ;;
   status) status ;;
-  env) load_state; relay_env "${2:-1}"; echo "export RELAY_URL=http://127.0.0.1:$API1_PORT RELAY_KEY=$(cat "$C/demo-key" 2>/dev/null)" ;;
+  env) load_state; relay_env "${2:-1}"; echo "export RELAY_URL=http://127.0.0.1:$API1_PORT RELAY_KEY=$(cat "$C/demo-key" 2>/dev/null)"
+       echo "export PATH=\"$ROOT/.venv/bin:\$PATH\"" ;;
   kill|start|stop) node_cmd "$1" "${2:-}" ;;
   promote) load_state; pg_promote "${2#pg-}" ;;
   rejoin) load_state; pg_standby "${2#pg-}" ;;
