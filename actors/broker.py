@@ -58,13 +58,19 @@ def build_broker(settings: Settings) -> RabbitmqBroker:
     """Create (once) and install the RabbitMQ broker: durable queues, persistent messages, publisher confirms."""
     global _broker
     if _broker is None:
-        url = settings.broker_url
-        sep = "&" if "?" in url else "?"
-        if "heartbeat=" not in url:
-            url += f"{sep}heartbeat=10&blocked_connection_timeout=30&connection_attempts=3&retry_delay=1"
-        _broker = RelayBroker(url=url, confirm_delivery=True, queue_type=settings.queue_type)
+        urls = [_with_connection_options(url) for url in settings.broker_urls]  # tried in order (cluster nodes)
+        _broker = RelayBroker(url=urls if len(urls) > 1 else urls[0], confirm_delivery=True,
+                              queue_type=settings.queue_type)
         dramatiq.set_broker(_broker)
     return _broker
+
+
+def _with_connection_options(url: str) -> str:
+    """URL with Relay's heartbeat, blocked-connection timeout and retries, unless it sets a heartbeat itself."""
+    if "heartbeat=" in url:
+        return url
+    sep = "&" if "?" in url else "?"
+    return url + f"{sep}heartbeat=10&blocked_connection_timeout=30&connection_attempts=3&retry_delay=1"
 
 
 def get_broker() -> RabbitmqBroker:

@@ -84,10 +84,16 @@ def check_database(database_url: str) -> None:
 
 
 def _reason(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port or 5432}{parts.path}"
+    """The hosts, ports and database of URL (a multi-host URL names each host), without credentials."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "an unparsable RELAY_DATABASE_URL"
+    hosts = str(params.get("host") or "localhost").split(",")
+    ports = str(params.get("port") or "5432").split(",")
+    ports += [ports[-1]] * (len(hosts) - len(ports))  # libpq: one port serves every host
+    nodes = ",".join(f"{host}:{port or 5432}" for host, port in zip(hosts, ports, strict=False))
+    return f"{nodes}/{params.get('dbname', '')}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ class Settings:
     worker_lost_after_s: float = 15.0
     queue_name: str = "relay.batch_items"
     queue_type: str = "classic"
+    broker_failover_urls: str = ""  # more RabbitMQ nodes, comma-separated: tried in order after broker_url
     broker_ui_url: str = ""
 
     metrics_token: str = ""  # bearer token that may read GET /metrics (the admin token always may)
@@ -69,6 +70,8 @@ class Settings:
             raise SettingsError("RELAY_DATABASE_URL must be a postgresql:// URL")
         if not self.broker_url.startswith(("amqp://", "amqps://")):
             raise SettingsError("RELAY_BROKER_URL must be an amqp:// URL")
+        if not all(url.startswith(("amqp://", "amqps://")) for url in self.broker_urls):
+            raise SettingsError("RELAY_BROKER_FAILOVER_URLS must be amqp:// URLs separated by commas")
         if len(self.secret_key) < 16:
             raise SettingsError("RELAY_SECRET_KEY must be at least 16 characters")
         if len(self.admin_token) < 16:
@@ -82,6 +85,12 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
         _file_mode(self.batch_payload_mode)
+
+    @property
+    def broker_urls(self) -> tuple[str, ...]:
+        """The RabbitMQ nodes a connection tries, in order: RELAY_BROKER_URL, then RELAY_BROKER_FAILOVER_URLS."""
+        failover = (url.strip() for url in self.broker_failover_urls.split(","))
+        return (self.broker_url, *(url for url in failover if url))
 
     @property
     def payload_file_mode(self) -> int:

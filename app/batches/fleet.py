@@ -19,7 +19,7 @@ def fleet_status(runtime: Runtime) -> dict[str, Any]:
     with runtime.pool.connection() as conn:
         workers = store.list_workers(conn, settings.worker_lost_after_s)
         waiting = store.waiting_items(conn)
-    counts = queue_counts(settings.broker_url, settings.queue_name)
+    counts = queue_counts(settings.broker_urls, settings.queue_name)
     return {
         "workers": [{**row, "running": int(row["running"])} for row in workers],
         "alive": sum(1 for row in workers if row["alive"]),

@@ -116,15 +116,17 @@ def cancelled_batches(conn: Conn, batch_ids: Sequence[UUID]) -> list[UUID]:
 def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, judge_owners: bool = True,
                limit: int = 500) -> list[Row]:
     """Running items of unfinished batches whose worker stopped heartbeating (only when JUDGE_OWNERS), or that
-    ran past TIME_LIMIT_S; locked for update."""
+    ran past TIME_LIMIT_S; locked for update. The claim is a sign of life too: a worker back from a partition
+    claims again before its next heartbeat lands, and those fresh claims are not lost."""
     return conn.execute(
         "SELECT i.batch_id, i.idx, i.model, i.worker_id,"
-        " (w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %(lost)s)) AS owner_lost"
+        " (w.last_seen IS NULL OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s))"
+        " AS owner_lost"
         " FROM batches b JOIN batch_items i ON i.batch_id = b.id LEFT JOIN workers w ON w.id = i.worker_id"
         " WHERE b.finished_at IS NULL AND EXISTS (SELECT 1 FROM batch_progress p WHERE p.batch_id = b.id"
         "  GROUP BY p.batch_id HAVING sum(p.running) > 0)"
         " AND i.state = 'running' AND ((%(owners)s AND (w.last_seen IS NULL"
-        " OR w.last_seen < now() - make_interval(secs => %(lost)s)))"
+        " OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s)))"
         " OR i.started_at < now() - make_interval(secs => %(limit_s)s))"
         " ORDER BY i.started_at LIMIT %(limit)s FOR UPDATE OF i SKIP LOCKED",
         {"lost": lost_after_s, "owners": judge_owners, "limit_s": time_limit_s, "limit": limit}).fetchall()

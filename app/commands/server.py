@@ -37,13 +37,12 @@ def register(sub: Any) -> None:
 def preflight(settings: Settings) -> None:
     """Check Postgres and RabbitMQ once at start; one clear line if either is unreachable."""
     check_database(settings.database_url)
-    status = check_rabbitmq(settings.broker_url)
+    status = check_rabbitmq(settings.broker_urls)
     if status != "ok":
         from urllib.parse import urlsplit
 
-        parts = urlsplit(settings.broker_url)
-        raise ServiceUnavailable("broker_unavailable",
-                                 f"cannot connect to RabbitMQ at {parts.hostname}:{parts.port or 5672} ({status})")
+        nodes = ", ".join(f"{p.hostname}:{p.port or 5672}" for p in map(urlsplit, settings.broker_urls))
+        raise ServiceUnavailable("broker_unavailable", f"cannot connect to RabbitMQ at {nodes} ({status})")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

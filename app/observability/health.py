@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import pika
 
@@ -11,7 +12,7 @@ from app.runtime import Runtime
 
 def check_readiness(runtime: Runtime) -> dict[str, str]:
     """Return {"postgres": "ok"|reason, "rabbitmq": "ok"|reason}."""
-    return {"postgres": _check_postgres(runtime), "rabbitmq": check_rabbitmq(runtime.settings.broker_url)}
+    return {"postgres": _check_postgres(runtime), "rabbitmq": check_rabbitmq(runtime.settings.broker_urls)}
 
 
 def _check_postgres(runtime: Runtime) -> str:
@@ -23,12 +24,13 @@ def _check_postgres(runtime: Runtime) -> str:
         return f"unreachable: {type(exc).__name__}"
 
 
-def check_rabbitmq(broker_url: str) -> str:
-    """Open and close one AMQP connection; "ok" or the reason it failed."""
-    params = pika.URLParameters(broker_url)
-    params.socket_timeout = 3
-    params.connection_attempts = 1
-    params.blocked_connection_timeout = 3
+def check_rabbitmq(broker_urls: Sequence[str]) -> str:
+    """Open and close one AMQP connection to the first of BROKER_URLS that answers; "ok" or why none did."""
+    params = [pika.URLParameters(url) for url in broker_urls]
+    for each in params:
+        each.socket_timeout = 3
+        each.connection_attempts = 1
+        each.blocked_connection_timeout = 3
     pika_log = logging.getLogger("pika")
     level = pika_log.level
     pika_log.setLevel(logging.CRITICAL)  # the reason is returned; pika's own multi-line error logs add nothing

@@ -7,7 +7,7 @@ not sum(). A scrape never fails because a dependency is down: the `*_up` gauges 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,7 +75,7 @@ class StateCollector:
                                   labels=["queue"])
         consumers = GaugeMetricFamily("relay_queue_consumers", "Consumers (worker processes) on the item queue",
                                       labels=["queue"])
-        counts = queue_counts(settings.broker_url, settings.queue_name)
+        counts = queue_counts(settings.broker_urls, settings.queue_name)
         up.add_metric([], 0 if counts is None else 1)
         yield up
         if counts is not None:
@@ -139,16 +139,18 @@ def _breaker_state(opened_until: datetime | None, now: datetime) -> str:
     return "open" if opened_until > now else "half_open"
 
 
-def queue_counts(broker_url: str, queue: str) -> tuple[int, int] | None:
-    """(messages, consumers) of QUEUE by a passive declare; None when RabbitMQ or the queue cannot be reached."""
+def queue_counts(broker_urls: Sequence[str], queue: str) -> tuple[int, int] | None:
+    """(messages, consumers) of QUEUE by a passive declare on the first of BROKER_URLS that answers; None when
+    RabbitMQ or the queue cannot be reached."""
     import pika
     import pika.exceptions
 
-    params = pika.URLParameters(broker_url)
-    params.socket_timeout = BROKER_TIMEOUT_S
-    params.stack_timeout = BROKER_TIMEOUT_S * 2
-    params.blocked_connection_timeout = BROKER_TIMEOUT_S
-    params.connection_attempts = 1
+    params = [pika.URLParameters(url) for url in broker_urls]
+    for each in params:
+        each.socket_timeout = BROKER_TIMEOUT_S
+        each.stack_timeout = BROKER_TIMEOUT_S * 2
+        each.blocked_connection_timeout = BROKER_TIMEOUT_S
+        each.connection_attempts = 1
     try:
         conn = pika.BlockingConnection(params)
     except Exception as exc:  # pika raises many unrelated classes for "cannot connect"

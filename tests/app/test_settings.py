@@ -44,3 +44,15 @@ def test_payload_files_are_private_by_default_and_the_mode_is_configurable() -> 
 def test_a_payload_mode_that_is_not_an_owner_writable_octal_mode_is_rejected(mode: str) -> None:
     with pytest.raises(SettingsError, match="RELAY_BATCH_PAYLOAD_MODE"):
         Settings.from_env({**BASE, "RELAY_BATCH_PAYLOAD_MODE": mode})
+
+
+def test_failover_broker_urls_are_tried_after_the_broker_url_in_their_order() -> None:
+    nodes = ["amqp://guest:guest@10.0.0.2:5672/%2F", "amqps://guest:guest@10.0.0.3:5671/%2F"]
+    s = Settings.from_env({**BASE, "RELAY_BROKER_FAILOVER_URLS": f" {nodes[0]} ,{nodes[1]},"})
+    assert s.broker_urls == (BASE["RELAY_BROKER_URL"], *nodes)
+    assert Settings.from_env(BASE).broker_urls == (BASE["RELAY_BROKER_URL"],)
+
+
+def test_a_failover_broker_url_that_is_not_amqp_is_rejected_with_its_name() -> None:
+    with pytest.raises(SettingsError, match="RELAY_BROKER_FAILOVER_URLS"):
+        Settings.from_env({**BASE, "RELAY_BROKER_FAILOVER_URLS": "amqp://a:5672/%2F,http://b:5672/"})

@@ -30,19 +30,20 @@ POLICY_EXTRAS = {"paced-kill": PACED, "paced-rabbitmq": PACED,
 MODEL = "gpt-4o-mini"
 
 
-def fault_catalog(upstream_url: str) -> dict[str, Any]:
+def fault_catalog(upstream_url: str, scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
     """One `openai` host; one host key and one policy per scenario, so each test's upstream calls are its own."""
     return {
         "hosts": [{"name": "openai", "base_url": upstream_url,
-                   "keys": [{"name": f"k-{s}", "value": upstream_key(s)} for s in SCENARIOS]}],
+                   "keys": [{"name": f"k-{s}", "value": upstream_key(s)} for s in scenarios]}],
         "models": [{"name": MODEL, "bindings": [{"host": "openai", "adapter": "openai", "upstream_model": "gpt-4o-mini",
                                                  "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.60}}]}],
         "policies": [{"name": s, "models": ["*"], "key_pool": [f"k-{s}"],
                       "circuit_breaker": {"failures": 10000, "cooldown": "1s"},
-                      **POLICY_EXTRAS.get(s, {})} for s in SCENARIOS],
+                      **POLICY_EXTRAS.get(s, {})} for s in scenarios],
         "teams": [{"name": "t-faults"}],
         "projects": [{"name": "p-faults", "team": "t-faults"}],
-        "service_accounts": [{"name": "faults-svc", "policy": "kill", "project": "p-faults", "team": "t-faults"}],
+        "service_accounts": [{"name": "faults-svc", "policy": scenarios[0], "project": "p-faults",
+                              "team": "t-faults"}],
     }
 
 

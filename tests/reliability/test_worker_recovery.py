@@ -133,8 +133,10 @@ def test_the_reaper_discards_items_of_a_silent_worker_only_when_told_it_can_judg
     batch_id = shared.submit(key, "ghost", 1)
     with shared.runtime.pool.connection() as conn:
         outbox.heartbeat(conn, "ghost-worker", "elsewhere", 1)
-        conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'ghost-worker'")
         assert store.claim_item(conn, UUID(batch_id), 0, "ghost-worker") is not None
+        conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'ghost-worker'")
+        conn.execute("UPDATE batch_items SET started_at = now() - interval '1 minute' WHERE batch_id = %s",
+                     (batch_id,))
     try:
         reap(ctx, judge_owners=False)
         assert shared.count_items(batch_id, "running") == 1
@@ -144,3 +146,25 @@ def test_the_reaper_discards_items_of_a_silent_worker_only_when_told_it_can_judg
     finally:
         with shared.runtime.pool.connection() as conn:
             outbox.remove_worker(conn, "ghost-worker")
+
+
+def test_an_item_claimed_since_its_workers_last_heartbeat_is_not_judged_lost(shared: Stack,
+                                                                            ctx: WorkerContext) -> None:
+    """A worker back from a partition (its heartbeat stale) claims before its next beat lands: it is alive."""
+    key = shared.new_key("kill")
+    batch_id = shared.submit(key, "returning", 2)
+    with shared.runtime.pool.connection() as conn:
+        outbox.heartbeat(conn, "returning-worker", "elsewhere", 1)
+        conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'returning-worker'")
+        for idx in (0, 1):
+            assert store.claim_item(conn, UUID(batch_id), idx, "returning-worker") is not None
+        conn.execute("UPDATE batch_items SET started_at = now() - interval '1 minute' WHERE batch_id = %s AND idx = 0",
+                     (batch_id,))
+    try:
+        reap(ctx, judge_owners=True)
+        assert [r["idx"] for r in shared.item_rows(batch_id, "state = 'running'")] == [1]  # the fresh claim
+        assert shared.item_rows(batch_id, "idx = 0")[0]["error_code"] == "worker_lost"  # claimed before it went
+    finally:
+        shared.call(key, "POST", f"/v1/batches/{batch_id}/cancel")
+        with shared.runtime.pool.connection() as conn:
+            outbox.remove_worker(conn, "returning-worker")

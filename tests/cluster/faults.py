@@ -1,0 +1,180 @@
+"""The faults of the cluster tests, each run during one batch on two worker groups: what the tests check afterwards
+and what the cluster bench times (bench/cluster.py). Times are the database's clock, comparable with finished_at."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.cluster.harness import Cluster, ClusterStack, TcpProxy, db_now
+from tests.processes import RelayProcess
+from tests.reliability.stack import upstream_key
+
+
+@dataclass
+class Pace:
+    """The batch of a fault run: ITEMS items of SCENARIO (its policy, upstream key and message tag), the upstream's
+    latency while the fault lasts and after it, the threads of each worker group, and how many items complete
+    before the fault."""
+
+    scenario: str
+    items: int
+    during_ms: int
+    after_ms: int
+    threads: int = 8
+    warmup: int = 100
+
+    def slow(self, stack: ClusterStack) -> None:
+        stack.upstream.control(upstream_key(self.scenario), latency_ms=self.during_ms)
+
+    def fast(self, stack: ClusterStack) -> None:
+        stack.upstream.control(upstream_key(self.scenario), latency_ms=self.after_ms)
+
+
+@dataclass
+class Fault:
+    """One fault run: its batch and key, when the fault began and ended, and what the run noted on the way."""
+
+    batch_id: str
+    key: str
+    began: float
+    ended: float
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _start(stack: ClusterStack, pace: Pace) -> tuple[str, str]:
+    """Submit the batch; (key, batch id) once the pace's warm-up items are completed."""
+    key = stack.new_key(pace.scenario)
+    batch_id = stack.submit(key, pace.scenario, pace.items)
+    stack.wait_items(batch_id, ("completed",), min(pace.warmup, pace.items // 5))
+    return key, batch_id
+
+
+def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s: float = 7) -> Fault:
+    """SIGKILL the node leading the item queue for DOWN_S, then start it again. Worker group A lists that node
+    first (it must move), B another one (its dispatcher, which publishes through its first node, keeps going)."""
+    pace.slow(stack)
+    queue = stack.settings.queue_name
+    leader = cluster.leader(queue)
+    a = stack.start_worker(pace.threads, **cluster.broker_settings(leader))
+    stack.start_worker(pace.threads, **cluster.broker_settings(leader % 3 + 1))
+    _, a_id = stack.worker_process(a)
+    key, batch_id = _start(stack, pace)
+    cluster.kill(f"rabbit{leader}")
+    began = db_now(stack)
+    time.sleep(down_s)
+    notes = {"leader": leader, "new_leader": cluster.leader(queue),
+             "moved": stack.item_rows(batch_id, "worker_id = %s AND started_at > to_timestamp(%s)", a_id, began + 2)}
+    cluster.start(f"rabbit{leader}")
+    ended = db_now(stack)
+    pace.fast(stack)
+    return Fault(batch_id, key, began, ended, notes)
+
+
+def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
+    """SIGKILL the Postgres primary and promote its synchronous standby, with two APIs and two worker groups on
+    the multi-host URL. Notes: the final states read from the primary just before, the APIs, the new primary."""
+    pace.slow(stack)
+    apis = stack.start_apis(2)
+    stack.start_worker(pace.threads, **cluster.broker_settings(2))
+    stack.start_worker(pace.threads, **cluster.broker_settings(3))
+    key, batch_id = _start(stack, pace)
+    committed = {int(r["idx"]): str(r["state"]) for r in
+                 stack.item_rows(batch_id, "state IN ('completed', 'discarded', 'cancelled')")}
+    _, new = cluster.fail_over()
+    began = db_now(stack)
+    pace.fast(stack)
+    return Fault(batch_id, key, began, began, {"committed": committed, "apis": apis, "new_primary": new})
+
+
+def cut_from_broker(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: float = 10) -> Fault:
+    """Cut one worker group from its only RabbitMQ node (a proxy; a 2 s AMQP heartbeat) for CUT_S while its items
+    run. Notes: the cut worker (process, id)."""
+    pace.slow(stack)
+    proxy = TcpProxy(cluster.mq_port(1))
+    try:
+        broker_url = proxy.url_for(cluster.broker_settings(1)["broker_url"]) + "?heartbeat=2"
+        cut = stack.start_worker(pace.threads, broker_url=broker_url, broker_failover_urls="")
+        stack.start_worker(pace.threads, **cluster.broker_settings(2))
+        _, cut_id = stack.worker_process(cut)
+        key, batch_id = _start(stack, pace)
+        stack.wait_for_running(batch_id, cut_id)
+        began, ended = _cut_for(stack, proxy, pace, cut_s, key, batch_id)
+    finally:
+        proxy.close()
+    return Fault(batch_id, key, began, ended, {"worker": cut, "worker_id": cut_id})
+
+
+def cut_from_database(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: float = 15) -> Fault:
+    """Cut one worker group from Postgres (a proxy to the primary) for CUT_S, once it runs items whose requests the
+    upstream has received. Notes: those items ("sent") and the cut worker's id."""
+    pace.slow(stack)
+    proxy = TcpProxy(cluster.pg_port(cluster.primary()))
+    try:
+        cut = stack.start_worker(pace.threads, database_url=proxy.url_for(cluster.node_url(cluster.primary())),
+                                 **cluster.broker_settings(2))
+        stack.start_worker(pace.threads, **cluster.broker_settings(3))
+        _, cut_id = stack.worker_process(cut)
+        key, batch_id = _start(stack, pace)
+        sent = _running_and_sent(stack, batch_id, cut_id, pace.scenario, at_least=pace.threads // 2)
+        began, ended = _cut_for(stack, proxy, pace, cut_s, key, batch_id)
+    finally:
+        proxy.close()
+    return Fault(batch_id, key, began, ended, {"sent": sent, "worker_id": cut_id})
+
+
+def _cut_for(stack: ClusterStack, proxy: TcpProxy, pace: Pace, cut_s: float, key: str,
+             batch_id: str) -> tuple[float, float]:
+    """Cut PROXY for CUT_S, heal it, let the batch finish at the fast pace; (began, ended)."""
+    proxy.cut()
+    began = db_now(stack)
+    time.sleep(cut_s)
+    ended = db_now(stack)
+    proxy.heal()
+    pace.fast(stack)
+    stack.wait_finished(key, batch_id, timeout=240)
+    return began, ended
+
+
+def _running_and_sent(stack: ClusterStack, batch_id: str, worker_id: str, tag: str, at_least: int,
+                      timeout: float = 30) -> list[int]:
+    """Wait until WORKER_ID runs AT_LEAST items of the batch whose requests the upstream has received; their idxs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = {r["idx"] for r in stack.item_rows(batch_id, "state = 'running' AND worker_id = %s", worker_id)}
+        sent = sorted(running & set(stack.upstream_calls(tag)))
+        if len(sent) >= at_least:
+            return sent
+        if time.monotonic() > deadline:
+            raise AssertionError(f"worker {worker_id} has {len(sent)} items upstream, wanted {at_least}")
+        time.sleep(0.05)
+
+
+def rolling_restart(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
+    """Restart both APIs, then both worker groups, one at a time (SIGTERM to the main process, wait for it to exit,
+    start it again). Notes: the worker groups' exit codes and the items final when the last one was back."""
+    pace.slow(stack)
+    apis = stack.start_apis(2)
+    workers = {node: stack.start_worker(pace.threads, **cluster.broker_settings(node)) for node in (2, 3)}
+    key, batch_id = _start(stack, pace)
+    began = db_now(stack)
+    for i, old in enumerate(apis):  # the other replica serves meanwhile
+        stack.http.close()  # an idle keep-alive connection would hold the API's stop for its 15 s keep-alive
+        _stop(stack, old)
+        stack.api_urls[i] = stack.start_api().url
+    exits = []
+    for node, old in workers.items():  # the other worker group runs the batch meanwhile
+        exits.append(_stop(stack, old))
+        stack.start_worker(pace.threads, **cluster.broker_settings(node))
+    ended = db_now(stack)
+    done = stack.count_items(batch_id, "completed", "discarded", "cancelled")
+    pace.fast(stack)
+    return Fault(batch_id, key, began, ended, {"exits": exits, "final_when_back": done})
+
+
+def _stop(stack: ClusterStack, proc: RelayProcess) -> int | None:
+    proc.stop(signal.SIGTERM)
+    stack.processes.remove(proc)
+    return proc.proc.returncode

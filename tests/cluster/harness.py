@@ -1,0 +1,282 @@
+"""The local cluster of scripts/cluster.sh driven from Python (start, stop, kill, promote, rejoin), a TCP proxy a test
+can cut, and a fault-test Stack whose API calls go through the real `relay api` replicas."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import selectors
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import requests
+
+from tests.processes import ROOT, RelayProcess
+from tests.reliability.stack import Stack
+
+SCRIPT = ROOT / "scripts" / "cluster.sh"
+
+
+@dataclass
+class Cluster:
+    """A cluster under DIRECTORY (RELAY_CLUSTER_DIR): three RabbitMQ nodes and a Postgres pair, no Relay process."""
+
+    directory: Path
+    database: str = "relay_cluster"
+    state: dict[str, str] = field(default_factory=dict)
+
+    def sh(self, *args: str, timeout: float = 300) -> str:
+        """Run `scripts/cluster.sh ARGS` on this cluster; its standard output."""
+        env = {**os.environ, "RELAY_CLUSTER_DIR": str(self.directory), "RELAY_CLUSTER_DB": self.database}
+        out = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"cluster.sh {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+        return out.stdout
+
+    def up(self) -> None:
+        self.sh("up", "--services-only")
+        for line in (self.directory / "cluster.env").read_text().split("\n"):
+            for word in shlex.split(line):
+                name, _, value = word.partition("=")
+                self.state[name] = value
+
+    def down(self) -> None:
+        self.sh("down")
+
+    def relay_settings(self, first_node: int = 1) -> dict[str, str]:
+        """The Relay settings (lower-case names) cluster.sh gives a replica whose broker list starts at FIRST_NODE."""
+        wanted = ("database_url", "broker_url", "broker_failover_urls", "queue_type", "queue_name")
+        found: dict[str, str] = {}
+        for line in self.sh("env", str(first_node)).splitlines():
+            for word in shlex.split(line)[1:]:
+                name, _, value = word.partition("=")
+                if name.removeprefix("RELAY_").lower() in wanted:
+                    found[name.removeprefix("RELAY_").lower()] = value
+        return found
+
+    def broker_settings(self, first_node: int) -> dict[str, str]:
+        """broker_url and broker_failover_urls of a replica whose broker list starts at FIRST_NODE."""
+        found = self.relay_settings(first_node)
+        return {"broker_url": found["broker_url"], "broker_failover_urls": found["broker_failover_urls"]}
+
+    # -- RabbitMQ ------------------------------------------------------------------------------------------
+    def mq_port(self, node: int) -> int:
+        return int(self.state[f"MQ{node}_PORT"])
+
+    def leader(self, queue: str) -> int:
+        """The RabbitMQ node (1..3) leading QUEUE."""
+        return int(self.sh("leader", queue).strip().removeprefix("rabbit"))
+
+    def kill(self, name: str) -> None:
+        self.sh("kill", name)
+
+    def start(self, name: str) -> None:
+        self.sh("start", name)
+
+    # -- Postgres ------------------------------------------------------------------------------------------
+    def primary(self) -> str:
+        """"a" or "b": the node cluster.sh made the primary."""
+        return (self.directory / "pg" / "primary").read_text().strip()
+
+    def pg_port(self, node: str) -> int:
+        return int(self.state[f"PG{node.upper()}_PORT"])
+
+    def node_url(self, node: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.pg_port(node)}/{self.database}"
+
+    def fail_over(self) -> tuple[str, str]:
+        """SIGKILL the primary and promote the standby; (old primary, new primary)."""
+        old = self.primary()
+        new = "b" if old == "a" else "a"
+        self.kill(f"pg-{old}")
+        self.sh("promote", f"pg-{new}")
+        return old, new
+
+    def rejoin(self, node: str) -> None:
+        """Rebuild NODE as the synchronous standby of the current primary."""
+        self.sh("rejoin", f"pg-{node}")
+
+    def create_database(self, name: str) -> str:
+        """Create database NAME on the primary (if missing, with the migrations); its multi-host URL."""
+        with psycopg.connect(self.node_url(self.primary()).rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+        url = self.relay_settings()["database_url"].replace(f"/{self.database}?", f"/{name}?")
+        from app.migrate import apply_migrations
+
+        apply_migrations(url)
+        return url
+
+    def synchronous_standbys(self) -> int:
+        with psycopg.connect(self.node_url(self.primary()), autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone()
+        return int(row[0]) if row else 0
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:port to TARGET_PORT on one thread; `cut()` stops moving bytes both ways (nothing is
+    closed: a partition, not a crash) and stops accepting, `heal()` resumes."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)
+        self.port = int(self._listener.getsockname()[1])
+        self._peers: dict[socket.socket, socket.socket] = {}
+        self._cut = threading.Event()
+        self._stop = threading.Event()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._thread = threading.Thread(target=self._run, name=f"proxy-{self.port}", daemon=True)
+        self._thread.start()
+
+    def url_for(self, url: str) -> str:
+        """URL with its 127.0.0.1 port replaced by this proxy's."""
+        return url.replace(f"127.0.0.1:{self.target_port}", f"127.0.0.1:{self.port}")
+
+    def cut(self) -> None:
+        self._cut.set()
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for sock in [*self._peers, self._listener]:
+            sock.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._cut.is_set():
+                time.sleep(0.02)
+                continue
+            for key, _ in self._selector.select(0.05):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self._listener:
+                    self._accept()
+                elif sock in self._peers:
+                    self._forward(sock)
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        try:
+            server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+        except OSError:
+            client.close()
+            return
+        for sock in (client, server):
+            sock.setblocking(True)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._selector.register(sock, selectors.EVENT_READ)
+        self._peers[client], self._peers[server] = server, client
+
+    def _forward(self, sock: socket.socket) -> None:
+        peer = self._peers[sock]
+        try:
+            data = sock.recv(65536)
+            if data:
+                peer.sendall(data)
+                return
+        except OSError:
+            pass
+        for each in (sock, peer):  # one side closed: close the other, as a TCP proxy does
+            self._selector.unregister(each)
+            self._peers.pop(each, None)
+            each.close()
+
+
+@dataclass
+class HttpAnswer:
+    """A `requests` answer in the shape the Stack's helpers read (Flask's test response: `.json`, `get_data`)."""
+
+    status_code: int
+    json: Any
+    text: str
+
+    def get_data(self, as_text: bool = False) -> str:
+        return self.text
+
+
+@dataclass
+class ClusterStack(Stack):
+    """A fault-test Stack whose user and admin calls go to the real `relay api` replicas in API_URLS (the first
+    that answers), so "readable through the API" means through them, across their restarts and failovers."""
+
+    api_urls: list[str] = field(default_factory=list)
+    http: requests.Session = field(default_factory=requests.Session)
+
+    def call(self, key: str, method: str, path: str, **kwargs: Any) -> Any:
+        if not self.api_urls:
+            return super().call(key, method, path, **kwargs)
+        return self._http(method, path, {"Authorization": f"Bearer {key}"}, **kwargs)
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> Any:
+        if not self.api_urls:
+            return super().admin(method, path, **kwargs)
+        return self._http(method, path, {"Authorization": f"Bearer {self.settings.admin_token}"}, **kwargs)
+
+    def start_apis(self, count: int = 2) -> list[RelayProcess]:
+        apis = [self.start_api() for _ in range(count)]
+        self.api_urls = [api.url for api in apis]
+        return apis
+
+    def _http(self, method: str, path: str, headers: dict[str, str], **kwargs: Any) -> HttpAnswer:
+        headers = {**headers, **kwargs.pop("headers", {})}
+        params = kwargs.pop("query_string", None)
+        error: Exception | None = None
+        for base in self.api_urls:
+            try:
+                res = self.http.request(method, base + path, headers=headers, params=params, timeout=30, **kwargs)
+            except requests.ConnectionError as exc:  # that replica is restarting: ask the next
+                error = exc
+                continue
+            try:
+                body = res.json()
+            except ValueError:
+                body = None
+            return HttpAnswer(res.status_code, body, res.text)
+        raise AssertionError(f"no API replica answered {method} {path}: {error}")
+
+
+def finish_times(stack: Stack, batch_id: str) -> list[float]:
+    """Epoch seconds at which each final item of the batch became final, in order."""
+    with stack.runtime.pool.connection() as conn:
+        rows = conn.execute("SELECT extract(epoch FROM finished_at) AS t FROM batch_items WHERE batch_id = %s"
+                            " AND finished_at IS NOT NULL ORDER BY finished_at", (batch_id,)).fetchall()
+    return [float(r["t"]) for r in rows]
+
+
+def db_now(stack: Stack) -> float:
+    """The database's clock (epoch seconds): fault times comparable with finished_at."""
+    return float(stack.db_one("SELECT extract(epoch FROM clock_timestamp()) AS t")["t"])
+
+
+def resume_after(times: list[float], fault_at: float, window_s: float = 1.0, share: float = 0.5) -> float:
+    """Seconds from FAULT_AT until items finish again at SHARE of the rate before it: the end of the first
+    WINDOW_S-long window after the fault holding that many finishes (inf when the drain never got back)."""
+    before = [t for t in times if fault_at - 3.0 <= t < fault_at]
+    rate = len(before) / 3.0
+    needed = max(1, int(rate * window_s * share))
+    after = [t for t in times if t >= fault_at]
+    for i in range(len(after) - needed + 1):
+        if after[i + needed - 1] - after[i] <= window_s:
+            return max(after[i + needed - 1] - fault_at, 0.0)
+    return float("inf")
+
+
+def longest_gap(times: list[float], start: float) -> float:
+    """The longest time after START without an item becoming final (up to the last one)."""
+    marks = [start, *(t for t in times if t >= start)]
+    return max((b - a for a, b in itertools.pairwise(marks)), default=0.0)
