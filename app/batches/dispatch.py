@@ -112,6 +112,19 @@ def _interleave(queues: list[list[Publication]]) -> list[list[Publication]]:
     return [[q[i] for q in queues if i < len(q)] for i in range(longest)]
 
 
+BROKER_HEARTBEAT_S = 10  # the publishing connection notices a silent node (a partition) within about this long
+BROKER_BLOCKED_S = 10  # and gives up on a publish a broker alarm blocks
+
+
+def _parameters(url: str) -> pika.URLParameters:
+    """Connection parameters of one node (the nodes are tried in order, RELAY_BROKER_URL first)."""
+    params = pika.URLParameters(url)
+    params.heartbeat = BROKER_HEARTBEAT_S
+    params.blocked_connection_timeout = BROKER_BLOCKED_S
+    params.socket_timeout = 5
+    return params
+
+
 class Dispatcher:
     """A daemon thread that pumps the outbox; `wake()` makes it look now."""
 
@@ -279,10 +292,7 @@ class Dispatcher:
     def _open(self) -> BlockingChannel:
         if self._channel is None or not self._channel.is_open:
             self._close()
-            params = pika.URLParameters(self.runtime.settings.broker_url)
-            params.heartbeat = 30
-            params.blocked_connection_timeout = 30
-            self._conn = pika.BlockingConnection(params)
+            self._conn = pika.BlockingConnection([_parameters(url) for url in self.runtime.settings.broker_urls])
             self._channel = self._conn.channel()
             self._channel.tx_select()
         return self._channel

@@ -20,7 +20,7 @@ Row = dict[str, Any]
 Conn = Connection[Any]
 
 
-LEADER_IDLE_TIMEOUT = "5s"  # a leader whose process stops mid-transaction loses its lock after this
+LEADER_IDLE_TIMEOUT = "3s"  # a leader whose process stops mid-transaction loses its lock after this
 
 
 def try_leader_lock(conn: Conn, lock_id: int) -> bool:
