@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from app.batches.store import finish_batches_now
 from app.db import Statement
 from app.usage.events import COLUMNS, UsageEvent, usage_statement
 
@@ -66,12 +67,15 @@ class ItemFinal:
 
 def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], records: Sequence[UsageRecord],
                    *, counter: str = "") -> set[ItemKey]:
-    """Write FINALS and RECORDS in the caller's transaction; the keys of the finals whose item moved."""
-    done = _finalize(conn, finals, counter) if finals else set()
+    """Write FINALS and RECORDS in the caller's transaction; the keys of the finals whose item moved. A batch whose
+    last items these finals are is marked finished here too, with its webhook event (batches.store)."""
+    done, ending = _finalize(conn, finals, counter) if finals else (set(), set())
     moved = [f.record for f in finals if f.key in done]
     records = [*moved, *records]
     _insert_events(conn, [r.event for r in records])
     _side_writes(conn, [s for r in records for s in r.extra])
+    if ending:
+        finish_batches_now(conn, sorted(ending))
     return done
 
 
@@ -87,6 +91,13 @@ WITH f AS (
     WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
       AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
     RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost
+), ending AS (
+    -- Batches these finals complete: what was final before this statement (its own updates are not visible to it)
+    -- plus what it moves. Only those are finished, in a statement of their own: the others' rows are not touched.
+    SELECT b.id FROM batches b
+    WHERE b.id IN (SELECT batch_id FROM done) AND b.finished_at IS NULL
+      AND b.total <= (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0) FROM batch_progress p
+                      WHERE p.batch_id = b.id) + (SELECT count(*) FROM done d WHERE d.batch_id = b.id)
 ), counted AS (
     INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos)
     SELECT batch_id, %s, -count(*) FILTER (WHERE from_state = 'running'), count(*) FILTER (WHERE state = 'completed'),
@@ -97,11 +108,13 @@ WITH f AS (
         completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
         cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos
 )
-SELECT batch_id, idx FROM done
+SELECT batch_id, idx, batch_id IN (SELECT id FROM ending) FROM done
 """
 
 
-def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], counter: str) -> set[ItemKey]:
+def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal],
+              counter: str) -> tuple[set[ItemKey], set[UUID]]:
+    """Move FINALS' items; the keys of those that moved, and the batches whose every item is now final."""
     columns: list[list[Any]] = [[] for _ in range(11)]
     for f in finals:
         segment, offset, length = f.response or (None, None, None)
@@ -111,7 +124,8 @@ def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], counte
             column.append(value)
     cur = conn.cursor(row_factory=tuple_row)
     cur.execute(_FINALIZE, [*columns, counter])
-    return {(row[0], row[1]) for row in cur.fetchall()}
+    rows = cur.fetchall()
+    return {(row[0], row[1]) for row in rows}, {row[0] for row in rows if row[2]}
 
 
 def _insert_events(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
