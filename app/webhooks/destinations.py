@@ -128,7 +128,8 @@ def refusal(address: IPAddress, allowed: HostRules) -> str | None:
     if address in METADATA:
         return "a cloud metadata address"
     for test, what in ((address.is_loopback, "a loopback address"), (address.is_link_local, "a link-local address"),
-                       (address.is_private, "a private address"), (not address.is_global, "not a public address")):
+                       (address.is_private, "a private address"),
+                       (not address.is_global or address.is_multicast or address.is_reserved, "not a public address")):
         if test:
             return what
     return None

@@ -106,11 +106,12 @@ def test_a_relay_batch_sends_batch_finished_with_its_counts_verified_by_standard
     [received] = for_batch(receiver, "/project", batch_id)
     event = standardwebhooks.Webhook(PROJECT_SECRET).verify(received.body, received.headers)
     batch = stack.read(key, batch_id, limit=0)
+    data = event["data"]
     assert event == {"id": received.header("webhook-id"), "object": "event", "type": "batch.finished",
                      "created_at": int(_unix(batch["finished_at"])), "data": {
                          "id": batch_id, "object": "batch", "api": "relay", "status": "queued", "total": 3,
-                         "counts": {"completed": 3, "discarded": 0, "cancelled": 0}, "created_at": event["data"][
-                             "created_at"], "finished_at": event["data"]["finished_at"], "metadata": {"run": "nightly"}}}
+                         "counts": {"completed": 3, "discarded": 0, "cancelled": 0}, "created_at": data["created_at"],
+                         "finished_at": data["finished_at"], "metadata": {"run": "nightly"}}}
     assert _unix(event["data"]["finished_at"]) == pytest.approx(_unix(batch["finished_at"]), abs=1e-3)
     with pytest.raises(standardwebhooks.WebhookVerificationError):
         standardwebhooks.Webhook(TEAM_SECRET).verify(received.body, received.headers)
