@@ -97,26 +97,28 @@ WITH f AS (
     WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
       AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
     RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost
+), moved AS (
+    SELECT batch_id, count(*) AS n, count(*) FILTER (WHERE from_state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'completed') AS completed, count(*) FILTER (WHERE state = 'discarded')
+           AS discarded, count(*) FILTER (WHERE state = 'cancelled') AS cancelled, coalesce(sum(cost), 0) AS cost
+    FROM done GROUP BY batch_id
+), counted AS (
+    INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos)
+    SELECT batch_id, %s, -running, completed, discarded, cancelled, cost FROM moved
+    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
+        completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
+        cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos
 ), tails AS (
     -- The batches these finals leave with no queued item (by the counters before this statement: its own updates
     -- are not visible to it), and whether they complete them: what was final before plus what this moves. Only
     -- those are finished, in a statement of their own: no other batch row is touched.
-    SELECT b.id, b.total <= g.final + (SELECT count(*) FROM done d WHERE d.batch_id = b.id) AS ends
-    FROM batches b, LATERAL (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0) AS final,
-                                    coalesce(sum(p.running), 0) AS running
-                             FROM batch_progress p WHERE p.batch_id = b.id) g
-    WHERE b.id IN (SELECT batch_id FROM done) AND b.finished_at IS NULL AND b.total <= g.final + g.running
-), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos)
-    SELECT batch_id, %s, -count(*) FILTER (WHERE from_state = 'running'), count(*) FILTER (WHERE state = 'completed'),
-           count(*) FILTER (WHERE state = 'discarded'), count(*) FILTER (WHERE state = 'cancelled'),
-           coalesce(sum(cost), 0)
-    FROM done GROUP BY batch_id
-    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
-        completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
-        cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos
+    SELECT b.id, b.total <= g.final + m.n AS ends
+    FROM moved m JOIN batches b ON b.id = m.batch_id,
+         LATERAL (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0) AS final,
+                         coalesce(sum(p.running), 0) AS running FROM batch_progress p WHERE p.batch_id = b.id) g
+    WHERE b.finished_at IS NULL AND b.total <= g.final + g.running
 )
-SELECT batch_id, idx, (SELECT ends FROM tails t WHERE t.id = done.batch_id) FROM done
+SELECT batch_id, idx, NULL::boolean FROM done UNION ALL SELECT id, -1, ends FROM tails
 """
 
 
@@ -133,8 +135,8 @@ def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal],
             column.append(value)
     cur = conn.cursor(row_factory=tuple_row)
     cur.execute(_FINALIZE, [*columns, counter])
-    rows = cur.fetchall()
-    return ({(row[0], row[1]) for row in rows}, {row[0] for row in rows if row[2]},
+    rows = cur.fetchall()  # the items that moved, then a row (idx -1) per batch left with nothing queued
+    return ({(row[0], row[1]) for row in rows if row[2] is None}, {row[0] for row in rows if row[2]},
             {row[0] for row in rows if row[2] is False})
 
 
