@@ -27,7 +27,7 @@ def _always(_retries: int, _exc: BaseException) -> bool:
     return True
 
 
-@dramatiq.actor(queue_name=_settings.webhook_queue_name, retry_when=_always, min_backoff=1_000, max_backoff=300_000,
+@dramatiq.actor(queue_name=_settings.webhook_queue, retry_when=_always, min_backoff=1_000, max_backoff=300_000,
                 time_limit=int((_settings.webhook_timeout_s + 60) * 1000))
 def deliver_webhook(delivery_id: str, token: str) -> None:
     """One attempt of a delivery. Raises Retry when this message should come again (a short backoff, or another

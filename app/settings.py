@@ -52,7 +52,7 @@ class Settings:
     webhook_retry_min_s: float = 5.0  # the first retry's wait; each next one doubles ...
     webhook_retry_max_s: float = 21_600.0  # ... up to this
     webhook_give_up_after_s: float = 259_200.0  # 72 h: then a delivery is marked failed
-    webhook_queue_name: str = "relay.webhooks"
+    webhook_queue_name: str = ""  # the webhook actor's queue; empty: RELAY_QUEUE_NAME + ".webhooks"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -108,6 +108,12 @@ class Settings:
         """The RabbitMQ nodes a connection tries, in order: RELAY_BROKER_URL, then RELAY_BROKER_FAILOVER_URLS."""
         failover = (url.strip() for url in self.broker_failover_urls.split(","))
         return (self.broker_url, *(url for url in failover if url))
+
+    @property
+    def webhook_queue(self) -> str:
+        """The webhook actor's queue: RELAY_WEBHOOK_QUEUE_NAME, or the item queue's name + `.webhooks` (a new item
+        queue name, e.g. to switch RELAY_QUEUE_TYPE, gives the webhooks a new queue too)."""
+        return self.webhook_queue_name or f"{self.queue_name}.webhooks"
 
     @property
     def payload_file_mode(self) -> int:
