@@ -4,6 +4,7 @@ status line and headers (the body is not read)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import socket
 import ssl
@@ -27,15 +28,23 @@ class _Pinned(http.client.HTTPConnection):
 
 
 class _PinnedTLS(http.client.HTTPSConnection):
-    """An HTTPS connection to ADDRESS, verifying the certificate of HOST (the system's trust store)."""
+    """An HTTPS connection to ADDRESS, verifying the certificate of HOST (certifi's bundle, as upstream calls do)."""
 
     def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        super().__init__(host, port, timeout=timeout, context=_tls_context())
         self._address = address
 
     def connect(self) -> None:
         raw = _open(self._address, self.port, self.timeout)
         self.sock = self._context.wrap_socket(raw, server_hostname=self.host)  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """One context per process (loading the CA bundle takes milliseconds)."""
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _open(address: str, port: int, timeout: Any) -> socket.socket:

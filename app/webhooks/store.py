@@ -135,7 +135,7 @@ def conclude(conn: Conn, delivery_id: UUID, token: UUID, *, state: str, url: str
              error: str | None, retry_at: datetime | None = None, keep_token: bool = False) -> bool:
     """After an attempt: delivered or failed (RETRY_AT None), or pending again until RETRY_AT, carried by the same
     message (KEEP_TOKEN: a broker retry) or by a new one the outbox publishes; False if the delivery moved on."""
-    return conn.execute(
+    moved = conn.execute(
         "UPDATE webhook_deliveries SET state = %(state)s, url = %(url)s, last_status = %(status)s,"
         " last_error = %(error)s, lease_until = NULL,"
         " next_attempt_at = coalesce(%(retry_at)s, next_attempt_at),"
@@ -143,7 +143,8 @@ def conclude(conn: Conn, delivery_id: UUID, token: UUID, *, state: str, url: str
         " token = CASE WHEN %(keep)s THEN token END, sent_at = CASE WHEN %(keep)s THEN now() END"
         " WHERE id = %(id)s AND token = %(token)s",
         {"state": state, "url": url, "status": status, "error": error, "retry_at": retry_at, "keep": keep_token,
-         "id": delivery_id, "token": token}).rowcount == 1
+         "id": delivery_id, "token": token}).rowcount
+    return moved == 1
 
 
 # -- The operator's reads and "send again" ---------------------------------------------------------------------
