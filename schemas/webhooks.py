@@ -98,13 +98,18 @@ class EventBatchRefSchema(Schema):
     id = fields.String(metadata={"description": "the batch, as OpenAI names it: batch_<hex>"})
 
 
-class OpenAIBatchEventSchema(Schema):
-    """The body sent for an OpenAI-compatible batch: exactly OpenAI's event, so `openai.OpenAI(webhook_secret=...)
-    .webhooks.unwrap(body, headers)` returns a typed `Batch*WebhookEvent`."""
+class _EventSchema(Schema):
+    """What every event body has: its id, `object`, and when the batch ended."""
 
     id = fields.String(metadata={"description": "evt_<hex>; also the webhook-id header, the same on every attempt"})
     object = fields.Constant("event")
     created_at = fields.Integer(metadata={"description": "when the batch ended (Unix seconds)"})
+
+
+class OpenAIBatchEventSchema(_EventSchema):
+    """The body sent for an OpenAI-compatible batch: exactly OpenAI's event, so `openai.OpenAI(webhook_secret=...)
+    .webhooks.unwrap(body, headers)` returns a typed `Batch*WebhookEvent`."""
+
     type = fields.String(validate=validate.OneOf(OPENAI_EVENT_TYPES))
     data = fields.Nested(EventBatchRefSchema)
 
@@ -128,13 +133,10 @@ class RelayBatchEventDataSchema(Schema):
     metadata = fields.Dict(allow_none=True)
 
 
-class RelayBatchEventSchema(Schema):
+class RelayBatchEventSchema(_EventSchema):
     """The body sent for Relay's own and Anthropic-compatible batches: the same envelope and signature, with the
     batch's counts. `batch.finished` when every item is final, `batch.cancelled` for a cancelled batch."""
 
-    id = fields.String(metadata={"description": "evt_<hex>; also the webhook-id header"})
-    object = fields.Constant("event")
-    created_at = fields.Integer(metadata={"description": "when the batch ended (Unix seconds)"})
     type = fields.String(validate=validate.OneOf(RELAY_EVENT_TYPES))
     data = fields.Nested(RelayBatchEventDataSchema)
 

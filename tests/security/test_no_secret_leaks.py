@@ -142,8 +142,9 @@ def test_no_secret_appears_in_any_answer_log_line_table_or_payload_file(
         for path in ("/v1/usage/events?limit=1000", "/v1/usage/summary?group_by=credential,model,batch",
                      "/v1/usage/events/export?format=csv", "/v1/usage/events/export?format=jsonl"):
             assert call("GET", path, who).status_code == 200
-    for path in ("/admin/catalog", "/admin/hosts", "/admin/projects", "/admin/relay-keys", "/admin/tokens", "/admin/policies/main",
-                 "/admin/users", "/admin/service-accounts", "/metrics", "/readyz", "/openapi.json"):
+    for path in ("/admin/catalog", "/admin/hosts", "/admin/projects", "/admin/relay-keys", "/admin/tokens",
+                 "/admin/policies/main", "/admin/users", "/admin/service-accounts", "/metrics", "/readyz",
+                 "/openapi.json"):
         assert call("GET", path, admin).status_code == 200, path
     assert call("POST", f"/admin/relay-keys/{refused['id']}/revoke", admin).status_code == 200
     assert call("POST", f"/admin/tokens/{token['id']}/revoke", admin).status_code == 200
@@ -158,7 +159,8 @@ def test_no_secret_appears_in_any_answer_log_line_table_or_payload_file(
               "admin token": admin, "RELAY_SECRET_KEY": stack.settings.secret_key}
     haystacks = [(label, body.decode("utf-8", "replace")) for label, body in call.answers]
     haystacks += [(f"log {p.name}", p.read_text(errors="replace")) for p in (api.log_path, worker.log_path)]
-    haystacks += [(f"webhook to {r.path}", json.dumps(r.headers) + r.body.decode()) for r in security_receiver.received()]
+    haystacks += [(f"webhook to {r.path}", json.dumps(r.headers) + r.body.decode())
+                  for r in security_receiver.received()]
     haystacks += _database_text(stack)
     haystacks += _files(Path(stack.settings.batch_payload_dir))
     assert any("payload_logs" in label for label, _ in haystacks)  # the live bodies were logged: scanned too
