@@ -4,8 +4,10 @@ signatures; a batch's own callback_url; a delivery that gives up, visibly; the m
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -197,3 +199,62 @@ def _delivery(stack: Stack, batch_id: str) -> dict[str, Any] | None:
 
 def _value(text: str, name: str) -> float:
     return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_an_https_receiver_with_an_untrusted_certificate_gets_nothing(stack: Stack, worker: RelayProcess,
+                                                                    apply_catalog: Any, tmp_path: Any) -> None:
+    with _tls_server(tmp_path) as (port, received):
+        apply_catalog(project=[{"url": f"https://localhost:{port}/hook", "secret": PROJECT_SECRET}])
+        batch_id = submit(stack, stack.new_key("hooks"), 1)
+        deadline = time.monotonic() + 20
+        while not (found := _delivery(stack, batch_id)) or not found["attempts"]:
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        assert found["state"] == "pending" and "CERTIFICATE_VERIFY_FAILED" in found["last_error"]
+        assert received == []  # the handshake failed: no request was sent
+
+
+@contextlib.contextmanager
+def _tls_server(directory: Any) -> Iterator[tuple[int, list[bytes]]]:
+    """An HTTPS server on a free loopback port with a self-signed certificate for localhost (no bundle trusts it),
+    keeping what it receives."""
+    import datetime as dt
+    import http.server
+    import ssl
+    import threading
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    received: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            self.send_response(200)
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], received
+    finally:
+        server.shutdown()
+        server.server_close()
