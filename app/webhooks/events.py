@@ -31,9 +31,11 @@ def record_ended(conn: Any, batches: Iterable[Row]) -> int:
         targets = [(e["id"], e["destination"], e["url"], None) for e in endpoints if wants(e["events"], kind)]
         if batch["callback_url"]:
             targets.append((None, "callback", batch["callback_url"], batch["callback_secret_enc"]))
+        if not targets:
+            continue
         event_id = uuid.uuid4()
-        body = render(event_id, kind, batch, store.final_counts(conn, batch["id"]))
-        if targets and store.insert_event(conn, event_id, batch["id"], kind, body):
+        counts = store.final_counts(conn, batch["id"]) if batch["api"] != "openai" else {}
+        if store.insert_event(conn, event_id, batch["id"], kind, render(event_id, kind, batch, counts)):
             store.insert_deliveries(conn, event_id, targets)
             recorded += len(targets)
     if recorded:
