@@ -1,7 +1,9 @@
 // The operator's webhook deliveries (admin token): every batch event's deliveries, newest first, by state or batch;
 // one delivery's attempts (time, status, latency, error) and the event it sends, with "Send again".
 import { call } from "./api.js";
-import { announce, confirmDialog, errorBox, every, h, keepFocus, localTime, replace, shortId, table } from "./ui.js";
+import {
+  announce, confirmDialog, errorBox, every, h, keepFocus, localTime, replace, shortId, table, unlessTransient,
+} from "./ui.js";
 
 const STATES = [["", "any"], ["pending", "pending"], ["delivered", "delivered"], ["failed", "failed"]];
 const BADGE = { pending: "running", delivered: "completed", failed: "discarded" }; // the batch states' colours
@@ -29,7 +31,7 @@ function listView(main, route) {
       const page = await call("/admin/webhooks/deliveries", { query: { ...current, cursor, limit: 50 } });
       keepFocus(box, () => renderList(box, page, current));
     } catch (err) {
-      replace(box, errorBox(err));
+      replace(box, errorBox(unlessTransient(err))); // a transient one keeps the page as it is and asks again
     }
   });
 }
@@ -76,7 +78,7 @@ function deliveryView(main, id) {
       const delivery = await call(`/admin/webhooks/deliveries/${encodeURIComponent(id)}`);
       keepFocus(box, () => renderDelivery(box, delivery));
     } catch (err) {
-      replace(box, errorBox(err));
+      replace(box, errorBox(unlessTransient(err)));
       return err.status !== 404;
     }
   });
