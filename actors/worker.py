@@ -12,5 +12,9 @@ broker.add_middleware(BatchWorkerBoot())
 # Declared at boot, not first in a consumer's retry loop: a queue of another type (RELAY_QUEUE_TYPE) stops
 # `relay worker` at once with app.queues.QueueTypeMismatch instead of leaving it consuming nothing.
 broker.declare_queue(settings.queue_name, ensure=True)
+broker.declare_queue(settings.webhook_queue, ensure=True)
 
 from actors import batch_items  # noqa: E402,F401  (actors bind to the broker built above)
+from actors.webhooks import WebhookWorkerBoot  # noqa: E402  (the webhook actor, on settings.webhook_queue)
+
+broker.add_middleware(WebhookWorkerBoot())  # after BatchWorkerBoot: its outbox uses the context that one builds

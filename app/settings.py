@@ -46,6 +46,13 @@ class Settings:
     worker_id: str = ""
     api_header_timeout_s: int = 15
     api_io_timeout_s: float = 30.0
+    webhook_allowed_hosts: str = ""  # hosts a batch's callback_url may name: names, *.suffix, IPs or CIDRs (comma list)
+    webhook_allowed_networks: str = ""  # non-public networks deliveries may connect to (CIDRs, comma list)
+    webhook_timeout_s: float = 10.0  # one delivery attempt: connect, send, the answer's status and headers
+    webhook_retry_min_s: float = 5.0  # the first retry's wait; each next one doubles ...
+    webhook_retry_max_s: float = 21_600.0  # ... up to this
+    webhook_give_up_after_s: float = 259_200.0  # 72 h: then a delivery is marked failed
+    webhook_queue_name: str = ""  # the webhook actor's queue; empty: RELAY_QUEUE_NAME + ".webhooks"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -81,16 +88,32 @@ class Settings:
         if self.metrics_token and len(self.metrics_token) < 16:
             raise SettingsError("RELAY_METRICS_TOKEN must be at least 16 characters")
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes", "files_max_bytes",
-                     "openai_batch_max_requests", "api_header_timeout_s", "api_io_timeout_s"):
+                     "openai_batch_max_requests", "api_header_timeout_s", "api_io_timeout_s", "webhook_timeout_s",
+                     "webhook_retry_min_s", "webhook_retry_max_s", "webhook_give_up_after_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
         _file_mode(self.batch_payload_mode)
+        if self.webhook_retry_max_s < self.webhook_retry_min_s:
+            raise SettingsError("RELAY_WEBHOOK_RETRY_MAX_S must be at least RELAY_WEBHOOK_RETRY_MIN_S")
+        from app.webhooks.destinations import HostRules
+
+        for name, networks_only in (("webhook_allowed_hosts", False), ("webhook_allowed_networks", True)):
+            try:
+                HostRules.parse(getattr(self, name), networks_only=networks_only)
+            except ValueError as exc:
+                raise SettingsError(f"RELAY_{name.upper()}: {exc}") from None
 
     @property
     def broker_urls(self) -> tuple[str, ...]:
         """The RabbitMQ nodes a connection tries, in order: RELAY_BROKER_URL, then RELAY_BROKER_FAILOVER_URLS."""
         failover = (url.strip() for url in self.broker_failover_urls.split(","))
         return (self.broker_url, *(url for url in failover if url))
+
+    @property
+    def webhook_queue(self) -> str:
+        """The webhook actor's queue: RELAY_WEBHOOK_QUEUE_NAME, or the item queue's name + `.webhooks` (a new item
+        queue name, e.g. to switch RELAY_QUEUE_TYPE, gives the webhooks a new queue too)."""
+        return self.webhook_queue_name or f"{self.queue_name}.webhooks"
 
     @property
     def payload_file_mode(self) -> int:

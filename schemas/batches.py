@@ -8,6 +8,7 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from schemas.catalog import PRINTABLE
 from schemas.durations import DurationError, parse_duration
+from schemas.webhooks import CallbackSchema
 
 SHAPES = ("openai", "anthropic", "openai_responses")
 ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
@@ -54,7 +55,7 @@ MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9,
                  "`budget_exceeded` (running ones finish). Every binding of the models the items name must be priced")
 
 
-class BatchEnvelopeSchema(Schema):
+class BatchEnvelopeSchema(CallbackSchema):
     """The members of a submit body other than `requests` (whose items the shape adapters validate)."""
 
     class Meta:

@@ -8,6 +8,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from schemas.durations import DurationError, format_duration, parse_duration
+from schemas.webhooks import EVENT_TYPES, check_secret, check_url
 
 ADAPTERS = ("openai", "anthropic", "openai_responses")
 KEY_SELECTIONS = ("prioritized", "round_robin", "least_recently_used")
@@ -156,15 +157,46 @@ class PolicySchema(Schema):
     batch = fields.Nested(BatchPacingSchema, load_default=lambda: {"pace": False, "share": 1.0})
 
 
+class WebhookSchema(Schema):
+    """An endpoint that receives the events of the batches of its project or team (matched by position)."""
+
+    id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
+    url = fields.String(required=True, validate=check_url, metadata={"description": "http(s) URL"})
+    secret = fields.String(load_only=True, validate=check_secret,
+                           metadata={"description": "whsec_<base64>: signs events; stored encrypted, never returned"})
+    secret_env = fields.String(validate=ENV_NAME, metadata={"description": "environment variable read at apply time"})
+    previous_secret = fields.String(load_only=True, validate=check_secret, metadata={
+        "description": "during a rotation: the old secret, which also signs until it is removed"})
+    previous_secret_env = fields.String(validate=ENV_NAME)
+    events = fields.List(fields.String(validate=validate.OneOf(EVENT_TYPES, error="must be one of {choices}")),
+                         load_default=list, validate=validate.Length(max=len(EVENT_TYPES)),
+                         metadata={"description": "the event types it receives; empty: all"})
+
+    @validates_schema
+    def _one_source_each(self, data: dict[str, Any], **kwargs: Any) -> None:
+        for name in ("secret", "previous_secret"):
+            if name in data and f"{name}_env" in data:
+                raise ValidationError(f"give {name} or {name}_env, not both")
+        if ("previous_secret" in data or "previous_secret_env" in data) and not (
+                "secret" in data or "secret_env" in data):
+            raise ValidationError("a previous secret needs the new one: give secret or secret_env too")
+
+
+WEBHOOKS: dict[str, Any] = {"load_default": list, "validate": validate.Length(max=20),
+            "metadata": {"description": "endpoints receiving an event when a batch of it ends"}}
+
+
 class TeamSchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     name = fields.String(required=True, validate=NAME)
+    webhooks = fields.List(fields.Nested(WebhookSchema), **WEBHOOKS)
 
 
 class ProjectSchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     name = fields.String(required=True, validate=NAME)
     team = fields.String(allow_none=True, validate=NAME)
+    webhooks = fields.List(fields.Nested(WebhookSchema), **WEBHOOKS)
 
 
 class PrincipalSchema(Schema):

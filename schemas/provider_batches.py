@@ -7,6 +7,8 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate, validates
 
+from schemas.webhooks import CallbackSchema
+
 OPENAI_BATCH_STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
                          "cancelled")
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
@@ -16,8 +18,9 @@ MULTIPART_FILE = {"type": "object", "required": ["file", "purpose"], "properties
 }}
 
 
-class OpenAIBatchCreateSchema(Schema):
-    """`POST /v1/batches` in OpenAI's form (a body with `input_file_id`)."""
+class OpenAIBatchCreateSchema(CallbackSchema):
+    """`POST /v1/batches` in OpenAI's form (a body with `input_file_id`); `callback_url` and `callback_secret` are
+    Relay's (the SDK's `extra_body`)."""
 
     class Meta:
         unknown = RAISE

@@ -63,6 +63,9 @@ up() {
   # shellcheck disable=SC1091
   source "$RUN/env"
   export RELAY_BROKER_UI_URL=${RELAY_BROKER_UI_URL:-http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}/}  # linked by the console
+  # This local install's webhooks may go to receivers on this machine (callback_url hosts, loopback addresses).
+  export RELAY_WEBHOOK_ALLOWED_HOSTS=${RELAY_WEBHOOK_ALLOWED_HOSTS:-127.0.0.1,localhost,::1}
+  export RELAY_WEBHOOK_ALLOWED_NETWORKS=${RELAY_WEBHOOK_ALLOWED_NETWORKS:-127.0.0.0/8,::1/128}
   export PATH="$ROOT/.venv/bin:$PATH"
   relay migrate >/dev/null
   start fake-upstream relay fake-upstream --host 127.0.0.1 --port "$FAKE_PORT"

@@ -12,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Api, Blueprint
 from marshmallow import RAISE
 
-from app.api import admin_batches, admin_credentials
+from app.api import admin_batches, admin_credentials, admin_webhooks
 from app.api.admin_auth import documented, require_admin, runtime
 from app.catalog.apply import apply_catalog
 from app.catalog.export import read_catalog
@@ -40,6 +40,7 @@ def register(api: Api) -> None:
     api.register_blueprint(blp)
     api.register_blueprint(admin_credentials.blp)
     api.register_blueprint(admin_batches.blp)
+    admin_webhooks.register(api)
 
 
 blp.before_request(require_admin)

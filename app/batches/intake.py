@@ -106,6 +106,8 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     completion_window: Any = msgspec.UNSET  # the other envelope members: checked by validation.validate_envelope
     max_cost: Any = msgspec.UNSET
+    callback_url: Any = msgspec.UNSET
+    callback_secret: Any = msgspec.UNSET
 
 
 _SPANS = msgspec.json.Decoder(_Spans)

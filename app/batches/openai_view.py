@@ -20,6 +20,7 @@ from app.batches.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, op
 from app.files import store as files_store
 from app.files.disk import FileBytesMissing, FileDisk
 from app.runtime import Runtime
+from app.webhooks.callbacks import callback_columns
 
 API = "openai"
 _disk_lock = threading.Lock()
@@ -42,6 +43,7 @@ def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: 
         refused = "embeddings requests cannot be batched" if endpoint.endswith("/embeddings") else \
             f"{endpoint} is not an endpoint Relay runs batches for"
         raise UnsupportedEndpoint(message=f"{refused}: use /v1/chat/completions or /v1/responses")
+    callback = callback_columns(runtime.settings, body.get("callback_url"), body.get("callback_secret"))
     file_id = _input_file(runtime, caller, body["input_file_id"])
     try:
         handle = file_disk(runtime).open(file_id)
@@ -52,7 +54,7 @@ def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: 
                                   metadata=body.get("metadata"),
                                   max_requests=runtime.settings.openai_batch_max_requests)
     columns = {"api": API, "endpoint": endpoint, "input_file_id": file_id,
-               "completion_window": body["completion_window"]}
+               "completion_window": body["completion_window"], **callback}
     batch_id = provider.create(runtime, caller, batch, columns=columns,
                                also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id),
                                rerun=rerun)

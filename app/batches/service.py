@@ -31,6 +31,7 @@ from app.errors import BadRequest, ServiceUnavailable
 from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
+from app.webhooks.callbacks import callback_columns
 from schemas.batch_ids import parse_batch_id
 from schemas.durations import format_duration, parse_duration
 
@@ -95,7 +96,9 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     batch_id = uuid4()
     payloads = payload_store(runtime)
     rerun = origin.rerun if origin else None
-    columns = option_columns(options or {})
+    options = options or {}
+    columns = {**option_columns(options),
+               **callback_columns(runtime.settings, options.get("callback_url"), options.get("callback_secret"))}
     if rerun is not None and rerun.max_cost_nanos is not None:
         columns.setdefault("max_cost_nanos", rerun.max_cost_nanos)
     cap = columns.get("max_cost_nanos")
@@ -186,7 +189,7 @@ def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: s
                  **filters: Any) -> dict[str, Any]:
     """The caller's own batches matching FILTERS (status, finished, search: see store.state_clauses), newest
     first, with a cursor for the next page."""
-    before = _decode_cursor(cursor) if cursor else None
+    before = decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
         rows = store.list_batches(conn, caller.owner, before=before, limit=limit, **filters)
         usage = _usages(conn, rows)
@@ -197,7 +200,7 @@ def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = 
                      **filters: Any) -> dict[str, Any]:
     """The operator's list (admin routes): every owner's batches matching FILTERS (see store.list_all_batches),
     newest first, each with its policy and principal names, and a cursor for the next page."""
-    before = _decode_cursor(cursor) if cursor else None
+    before = decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
         rows = store.list_all_batches(conn, before=before, limit=limit, **filters)
         usage = _usages(conn, rows)
@@ -222,7 +225,7 @@ def usage_view(usage: dict[str, Any]) -> dict[str, Any]:
 def _page(views: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     """A page of batch views, newest first, with the cursor of the next page when this one is full."""
     last = views[-1] if len(views) == limit else None
-    return {"data": views, "next_cursor": _encode_cursor(last["created_at"], last["id"]) if last else None}
+    return {"data": views, "next_cursor": encode_cursor(last["created_at"], last["id"]) if last else None}
 
 
 def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
@@ -383,12 +386,14 @@ def _jsonb(value: dict[str, Any] | None) -> Any:
     return Jsonb(value) if value is not None else None
 
 
-def _encode_cursor(created_at: datetime, batch_id: UUID) -> str:
+def encode_cursor(created_at: datetime, batch_id: UUID) -> str:
+    """A page cursor naming a row by (created_at, id): the batch lists' and the webhook deliveries'."""
     raw = f"{created_at.isoformat()}|{batch_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """The (created_at, id) of encode_cursor's CURSOR; InvalidCursor (400) for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         stamp, _, ident = raw.partition("|")

@@ -4,8 +4,10 @@ owns the transaction.
 Item rows change only in columns no index covers, so their updates stay HOT: counts per state live in
 `batch_progress` (each worker process counts in its own row), the outbox is `batches.published_upto`.
 Lock order, to stay free of deadlocks: cancel locks the batch row, then its queued items; a claim or a final state
-locks one item and this process's progress row; finished_at is set afterwards by finish_batch (on read or by the
-reaper), so items of one batch never queue on its row. Dispatcher, heartbeat and reaper SQL is in `outbox.py`.
+locks one item and this process's progress row; finished_at is set afterwards (by the group commit that makes the
+last item final, which locks the batch row only then, on read, or by the reaper), so items of one batch never queue
+on its row. Setting finished_at records the batch's webhook event in the same transaction (app/webhooks/events.py).
+Dispatcher, heartbeat and reaper SQL is in `outbox.py`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.webhooks.events import record_ended
+from app.webhooks.store import ENDED_COLUMNS
 from schemas.batch_ids import parse_batch_id
 
 Row = dict[str, Any]
@@ -355,15 +359,31 @@ _LAST_FINISH = "coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_i
 
 
 def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
-    """Record finished_at (the last item's finish time) once every item is final; None if not yet."""
-    row = conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE id = %s AND {_FINISHED}"
-                       " RETURNING finished_at", (batch_id,)).fetchone()
-    return row["finished_at"] if row else None
+    """Record finished_at (the last item's finish time) once every item is final, with the batch's webhook event;
+    None if not yet."""
+    ended = _finish(conn, _LAST_FINISH, "id = %s", (batch_id,))
+    return ended[0]["finished_at"] if ended else None
 
 
 def finish_batches(conn: Conn) -> int:
     """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
-    return conn.execute(f"UPDATE batches b SET finished_at = {_LAST_FINISH} WHERE {_FINISHED}").rowcount
+    return len(_finish(conn, _LAST_FINISH, "true", ()))
+
+
+def finish_batches_now(conn: Conn, batch_ids: Sequence[UUID]) -> int:
+    """finish_batch for BATCH_IDS, finished now: the group commit that makes their last items final (this
+    transaction's time is their last item's)."""
+    return len(_finish(conn, "now()", "id = ANY(%s)", (list(batch_ids),)))
+
+
+def _finish(conn: Conn, finished_at: str, where: str, params: Sequence[Any]) -> list[Row]:
+    """Set finished_at (the SQL FINISHED_AT) on the batches matching WHERE whose items are all final, and record
+    their webhook events in the same transaction; the batches that ended."""
+    ended = conn.execute(f"UPDATE batches b SET finished_at = {finished_at} WHERE {where} AND {_FINISHED}"
+                         f" RETURNING {ENDED_COLUMNS}", params).fetchall()
+    if ended:
+        record_ended(conn, ended)
+    return ended  # type: ignore[no-any-return]
 
 
 # -- Operator reads (admin routes): every owner's batches, and the workers' heartbeats. -------------------------

@@ -16,6 +16,7 @@ from app.catalog.store import CatalogRows, Row
 from app.catalog.validate import InvalidCatalog, validate_catalog
 from app.catalog.writes import catalog_write
 from app.runtime import Runtime
+from app.webhooks import catalog as webhooks
 
 KINDS = ("teams", "projects", "hosts", "host_keys", "models", "policies", "users", "service_accounts", "relay_keys")
 
@@ -42,11 +43,14 @@ class ApplyResult:
 def apply_catalog(runtime: Runtime, raw: Any, *, dry_run: bool = False,
                   env: Mapping[str, str] | None = None) -> ApplyResult:
     """Validate RAW (a parsed YAML/JSON document) fully, then apply it in one transaction."""
-    doc = validate_catalog(raw, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    doc = validate_catalog(raw, env)
+    if problems := webhooks.resolve_secrets(doc, env):
+        raise InvalidCatalog(problems)
     box = SecretBox(runtime.settings.secret_key)
     with catalog_write(runtime) as write:
         current = store.load_catalog_rows(write.conn)
-        problems = _check_against_database(doc, current)
+        problems = _check_against_database(doc, current) + webhooks.missing_secrets(doc, current)
         if problems:
             raise InvalidCatalog(problems)
         result = ApplyResult(version=current.version, dry_run=dry_run)
@@ -85,6 +89,7 @@ class _Reconciler:
         self._upsert("teams", "teams", {t["name"]: {} for t in doc["teams"]}, self.cur.teams)
         self._upsert("projects", "projects", {p["name"]: {"team_id": self._ref("teams", p.get("team"))}
                                               for p in doc["projects"]}, self.cur.projects)
+        self._webhooks(doc)
         self._upsert("hosts", "hosts", {h["name"]: {"base_url": h["base_url"], "enabled": h["enabled"]}
                                         for h in doc["hosts"]}, self.cur.hosts)
         self._host_keys(doc["hosts"])
@@ -163,6 +168,16 @@ class _Reconciler:
                 changed = True
             if changed:
                 self._note("policies", "updated", p["name"])
+
+    def _webhooks(self, doc: dict[str, Any]) -> None:
+        """Each project's and team's webhooks, by position."""
+        for kind, column in webhooks.OWNERS:
+            for owner in doc[kind]:
+                owner_id = self.ids[kind][owner["name"]]
+                stored = {r["position"]: r for r in self.cur.webhooks if r[column] == owner_id}
+                rows = webhooks.desired_rows(self.box, owner["webhooks"], stored)
+                if self._positional("webhook_endpoints", column, owner_id, rows, self.cur.webhooks):
+                    self._note(kind, "updated", owner["name"])
 
     def _positional(self, table: str, parent_column: str, parent_id: UUID, rows: list[Row],
                     all_rows: list[Row]) -> bool:

@@ -32,8 +32,10 @@ def render_catalog(rows: CatalogRows, *, with_ids: bool = False) -> dict[str, An
         "hosts": [_host(h, rows, with_ids) for h in rows.hosts],
         "models": [_model(m, rows, names, with_ids) for m in rows.models],
         "policies": [_policy(p, rows, names, with_ids) for p in rows.policies if p["deleted_at"] is None],
-        "teams": [_ided(t, {"name": t["name"]}, with_ids) for t in rows.teams],
-        "projects": [_ided(p, _compact({"name": p["name"], "team": names.get(p["team_id"])}), with_ids)
+        "teams": [_ided(t, {"name": t["name"], **_webhooks(rows, "team_id", t["id"], with_ids)}, with_ids)
+                  for t in rows.teams],
+        "projects": [_ided(p, _compact({"name": p["name"], "team": names.get(p["team_id"]),
+                                        **_webhooks(rows, "project_id", p["id"], with_ids)}), with_ids)
                      for p in rows.projects],
         "users": [_ided(u, _principal(u, names), with_ids) for u in rows.users],
         "service_accounts": [_ided(s, _principal(s, names), with_ids) for s in rows.service_accounts],
@@ -74,6 +76,14 @@ def _policy(policy: Row, rows: CatalogRows, names: dict[UUID, str], with_ids: bo
         "circuit_breaker": {"failures": policy["breaker_failures"], "cooldown": policy["breaker_cooldown_s"]},
         "payload_logging": policy["payload_logging"], "batch_weight": policy["batch_weight"],
         "batch": {"pace": policy["batch_pace"], "share": policy["batch_share"]}}, with_ids)
+
+
+def _webhooks(rows: CatalogRows, column: str, owner_id: UUID, with_ids: bool) -> dict[str, Any]:
+    """{"webhooks": [...]} of a project or team (url, events, the secrets' variables, never a value); {} if none."""
+    hooks = [_ided(w, _compact({"url": w["url"], "secret_env": w["secret_env"],
+                                "previous_secret_env": w["previous_secret_env"], "events": list(w["events"])}),
+                   with_ids) for w in rows.webhooks if w[column] == owner_id]
+    return {"webhooks": hooks} if hooks else {}
 
 
 def _principal(row: Row, names: dict[UUID, str]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -12,7 +12,7 @@ Row = dict[str, Any]
 
 # Tables the generic row writers may touch (identifiers are never taken from input).
 _WRITABLE = frozenset({"teams", "projects", "hosts", "host_keys", "models", "bindings", "policies",
-                       "policy_rate_limits", "users", "service_accounts"})
+                       "policy_rate_limits", "users", "service_accounts", "webhook_endpoints"})
 NOTIFY_CHANNEL = "relay_catalog"
 
 
@@ -32,6 +32,7 @@ class CatalogRows:
     policy_keys: list[Row]
     users: list[Row]
     service_accounts: list[Row]
+    webhooks: list[Row] = field(default_factory=list)  # of projects and teams, by position (secrets encrypted)
 
 
 def read_version(conn: Connection[Any]) -> int:
@@ -81,6 +82,8 @@ def load_catalog_rows(conn: Connection[Any]) -> CatalogRows:
         users=q("SELECT id, name, policy_id, project_id, team_id FROM users ORDER BY name").fetchall(),
         service_accounts=q("SELECT id, name, policy_id, project_id, team_id FROM service_accounts"
                            " ORDER BY name").fetchall(),
+        webhooks=q("SELECT id, project_id, team_id, position, url, events, secret_enc, secret_env, previous_secret_enc,"
+                   " previous_secret_env FROM webhook_endpoints ORDER BY position").fetchall(),
     )
 
 

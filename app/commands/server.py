@@ -76,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     timeout_ms = int((settings.batch_item_time_limit_s + 30) * 1000)
     os.environ.setdefault("dramatiq_queue_prefetch", str(args.threads))
     argv = ["dramatiq", "actors.worker", "--processes", str(args.processes), "--threads", str(args.threads),
-            "--queues", settings.queue_name, "--worker-shutdown-timeout", str(timeout_ms)]
+            "--queues", settings.queue_name, settings.webhook_queue, "--worker-shutdown-timeout", str(timeout_ms)]
     from dramatiq.cli import main as dramatiq_main
 
     from app.observability.metrics import check_worker_metrics_port, prepare_metrics_dir

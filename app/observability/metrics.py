@@ -65,6 +65,11 @@ class _Metrics:
         self.item_duration = Histogram("relay_batch_item_duration_seconds",
                                        "Batch item run time, from start to its final state, by final state",
                                        ["state"], buckets=LATENCY_BUCKETS)
+        self.webhook_attempts = Histogram("relay_webhook_attempt_duration_seconds",
+                                          "Webhook delivery attempts by outcome (delivered or failed) and their time",
+                                          ["outcome"], buckets=LATENCY_BUCKETS)
+        self.webhook_deliveries = Counter("relay_webhook_deliveries", "Webhook deliveries that ended, by outcome:"
+                                          " delivered, or given_up (failed for good)", ["outcome"])
 
 
 def metrics() -> _Metrics:
@@ -105,6 +110,16 @@ def count_key_backoff() -> None:
 def observe_item(state: str, seconds: float) -> None:
     """A batch item reached final STATE (completed, discarded, cancelled) after running SECONDS."""
     metrics().item_duration.labels(state=state).observe(seconds)
+
+
+def observe_webhook_attempt(outcome: str, seconds: float) -> None:
+    """One webhook delivery attempt ended OUTCOME (delivered | failed) after SECONDS."""
+    metrics().webhook_attempts.labels(outcome=outcome).observe(seconds)
+
+
+def count_webhook_delivery(outcome: str) -> None:
+    """A webhook delivery ended for good: delivered or given_up."""
+    metrics().webhook_deliveries.labels(outcome=outcome).inc()
 
 
 def observe_http(method: str, route: str, status: int, seconds: float) -> None:

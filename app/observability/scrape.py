@@ -1,4 +1,5 @@
-"""State metrics read at scrape time: batch items by state, breakers per host key, queue depth.
+"""State metrics read at scrape time: batch items by state, breakers per host key, queue depth, webhook deliveries
+waiting.
 
 These are the same for every replica (they come from Postgres and RabbitMQ), so aggregate them with max(),
 not sum(). A scrape never fails because a dependency is down: the `*_up` gauges say 0 and the rest is absent.
@@ -14,6 +15,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app.runtime import Runtime
+from app.webhooks.store import pending_stats
 
 log = logging.getLogger("relay.metrics")
 ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
@@ -57,6 +59,7 @@ class StateCollector:
                 items = {state: int(n) for state, n in _rows(conn, _ITEMS_BY_STATE)[0].items()}
                 backlog = _rows(conn, _BACKLOG)
                 breakers = _rows(conn, _BREAKERS)
+                webhooks = pending_stats(conn)
         except Exception as exc:  # any failure: report the database as down, never fail the scrape
             log.warning("metrics: cannot read Postgres (%s)", type(exc).__name__)
             up.add_metric([], 0)
@@ -67,6 +70,7 @@ class StateCollector:
         yield _items_gauge(items)
         yield from _backlog_gauges(backlog)
         yield from _breaker_gauges(breakers)
+        yield from _webhook_gauges(webhooks)
 
     def _broker(self) -> Iterator[Metric]:
         settings = self._runtime.settings
@@ -115,6 +119,17 @@ def _items_gauge(items: dict[str, int]) -> Metric:
     for state in ITEM_STATES:
         gauge.add_metric([state], items.get(state, 0))
     return gauge
+
+
+def _webhook_gauges(stats: dict[str, Any]) -> Iterator[Metric]:
+    pending = GaugeMetricFamily("relay_webhook_deliveries_pending", "Webhook deliveries not delivered (nor given up)"
+                                " yet")
+    oldest = GaugeMetricFamily("relay_webhook_oldest_undelivered_seconds",
+                               "Age of the oldest webhook delivery still pending (0 when none)")
+    pending.add_metric([], int(stats["pending"]))
+    oldest.add_metric([], float(stats["oldest_s"]))
+    yield pending
+    yield oldest
 
 
 def _breaker_gauges(rows: list[dict[str, Any]]) -> Iterator[Metric]:

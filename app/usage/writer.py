@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from app.batches.store import finish_batches_now
 from app.db import Statement
 from app.usage.events import COLUMNS, UsageEvent, usage_statement
 
@@ -65,13 +66,22 @@ class ItemFinal:
 
 
 def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], records: Sequence[UsageRecord],
-                   *, counter: str = "") -> set[ItemKey]:
-    """Write FINALS and RECORDS in the caller's transaction; the keys of the finals whose item moved."""
-    done = _finalize(conn, finals, counter) if finals else set()
+                   *, counter: str = "", tails: set[UUID] | None = None) -> set[ItemKey]:
+    """Write FINALS and RECORDS in the caller's transaction; the keys of the finals whose item moved.
+
+    A batch whose last items these finals are is marked finished here too, with its webhook event (batches.store).
+    TAILS, when given, gets the batches left with no queued item but others running: two processes committing the
+    last items of one batch at once each miss the other's, so the caller checks those again once committed (the
+    reaper would within a heartbeat)."""
+    done, ending, tail = _finalize(conn, finals, counter) if finals else (set(), set(), set())
     moved = [f.record for f in finals if f.key in done]
     records = [*moved, *records]
     _insert_events(conn, [r.event for r in records])
     _side_writes(conn, [s for r in records for s in r.extra])
+    if ending:
+        finish_batches_now(conn, sorted(ending))
+    if tails is not None:
+        tails |= tail
     return done
 
 
@@ -87,21 +97,35 @@ WITH f AS (
     WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
       AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
     RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost
+), moved AS (
+    SELECT batch_id, count(*) AS n, count(*) FILTER (WHERE from_state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'completed') AS completed, count(*) FILTER (WHERE state = 'discarded')
+           AS discarded, count(*) FILTER (WHERE state = 'cancelled') AS cancelled, coalesce(sum(cost), 0) AS cost
+    FROM done GROUP BY batch_id
 ), counted AS (
     INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos)
-    SELECT batch_id, %s, -count(*) FILTER (WHERE from_state = 'running'), count(*) FILTER (WHERE state = 'completed'),
-           count(*) FILTER (WHERE state = 'discarded'), count(*) FILTER (WHERE state = 'cancelled'),
-           coalesce(sum(cost), 0)
-    FROM done GROUP BY batch_id
+    SELECT batch_id, %s, -running, completed, discarded, cancelled, cost FROM moved
     ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
         completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
         cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos
+), tails AS (
+    -- The batches these finals leave with no queued item (by the counters before this statement: its own updates
+    -- are not visible to it), and whether they complete them: what was final before plus what this moves. Only
+    -- those are finished, in a statement of their own: no other batch row is touched.
+    SELECT b.id, b.total <= g.final + m.n AS ends
+    FROM moved m JOIN batches b ON b.id = m.batch_id,
+         LATERAL (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0) AS final,
+                         coalesce(sum(p.running), 0) AS running FROM batch_progress p WHERE p.batch_id = b.id) g
+    WHERE b.finished_at IS NULL AND b.total <= g.final + g.running
 )
-SELECT batch_id, idx FROM done
+SELECT batch_id, idx, NULL::boolean FROM done UNION ALL SELECT id, -1, ends FROM tails
 """
 
 
-def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], counter: str) -> set[ItemKey]:
+def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal],
+              counter: str) -> tuple[set[ItemKey], set[UUID], set[UUID]]:
+    """Move FINALS' items; the keys of those that moved, the batches whose every item is now final, and those left
+    with no queued item but others running."""
     columns: list[list[Any]] = [[] for _ in range(11)]
     for f in finals:
         segment, offset, length = f.response or (None, None, None)
@@ -111,7 +135,9 @@ def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], counte
             column.append(value)
     cur = conn.cursor(row_factory=tuple_row)
     cur.execute(_FINALIZE, [*columns, counter])
-    return {(row[0], row[1]) for row in cur.fetchall()}
+    rows = cur.fetchall()  # the items that moved, then a row (idx -1) per batch left with nothing queued
+    return ({(row[0], row[1]) for row in rows if row[2] is None}, {row[0] for row in rows if row[2]},
+            {row[0] for row in rows if row[2] is False})
 
 
 def _insert_events(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
@@ -230,13 +256,15 @@ class GroupWriter:
         for delay in (*RETRY_S, None):
             try:
                 finals = self._synced(finals)
+                tails: set[UUID] = set()
                 with self.pool.connection() as conn, conn.transaction():
-                    done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter)
+                    done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter, tails=tails)
                     claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
                 for final, future in finals:
                     if final.then is not None:
                         final.then[1].set_result(claimed.get((final.batch_id, final.then[0])))
                     future.set_result(final.state if final.key in done else None)
+                self._finish_tails(tails)
                 return
             except psycopg.OperationalError as exc:
                 if delay is None:
@@ -265,6 +293,16 @@ class GroupWriter:
         if not wanted or self._then_claim is None:
             return {}
         return self._then_claim(conn, wanted)
+
+    def _finish_tails(self, tails: set[UUID]) -> None:
+        """Finish those of TAILS whose last items another process committed meanwhile (see commit_records)."""
+        if not tails:
+            return
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                finish_batches_now(conn, sorted(tails))
+        except psycopg.Error as exc:  # the reaper finishes them within a heartbeat
+            log.warning("usage writer: cannot finish batches now (%s)", type(exc).__name__)
 
     def _synced(self, finals: list[tuple[ItemFinal, Future[str | None]]]) -> list[tuple[ItemFinal, Future[str | None]]]:
         """Run before_commit (the payload store's sync); if it fails, the finals whose response it should have made

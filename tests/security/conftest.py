@@ -13,11 +13,16 @@ import pytest
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from tests.reliability.stack import MODEL, Stack
 from tests.services import ServiceUrls, fresh_services
+from tests.webhooks.helpers import new_secret
+from tests.webhooks.receiver import Receiver
 
 HOST_KEYS = {name: f"sk-{name}-{secrets.token_urlsafe(24)}" for name in ("main", "spare", "refused")}
+# Webhook secrets: a project's endpoint (and the previous one of a rotation), and a batch's callback.
+WEBHOOK_SECRETS = {name: new_secret() for name in ("project", "previous", "callback")}
+WEBHOOK_SETTINGS = {"webhook_allowed_hosts": "127.0.0.1", "webhook_allowed_networks": "127.0.0.0/8"}
 
 
-def security_catalog(upstream_url: str) -> dict[str, Any]:
+def security_catalog(upstream_url: str, receiver_url: str = "http://127.0.0.1:9") -> dict[str, Any]:
     breaker = {"failures": 10000, "cooldown": "1s"}
     return {
         "hosts": [{"name": "openai", "base_url": upstream_url,
@@ -29,7 +34,9 @@ def security_catalog(upstream_url: str) -> dict[str, Any]:
                      {"name": "refused", "models": ["*"], "key_pool": ["k-refused"], "payload_logging": True,
                       "circuit_breaker": breaker}],
         "teams": [{"name": "t-sec"}],
-        "projects": [{"name": "p-sec", "team": "t-sec"}],
+        "projects": [{"name": "p-sec", "team": "t-sec", "webhooks": [
+            {"url": f"{receiver_url}/project", "secret": WEBHOOK_SECRETS["project"],
+             "previous_secret": WEBHOOK_SECRETS["previous"]}]}],
         "users": [{"name": name, "policy": "main", "project": "p-sec", "team": "t-sec"} for name in ("alice", "bob")],
         "service_accounts": [{"name": name, "policy": "main", "project": "p-sec", "team": "t-sec"}
                              for name in ("svc-a", "svc-b")],
@@ -44,13 +51,21 @@ def security_upstream() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture(scope="session")
-def security_stack(services: ServiceUrls, security_upstream: FakeUpstream,
+def security_receiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Receiver]:
+    """A webhook receiver process: the security stack's project webhook and callbacks point at it."""
+    receiver = Receiver(log_path=tmp_path_factory.mktemp("security-receiver") / "receiver.log").start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def security_stack(services: ServiceUrls, security_upstream: FakeUpstream, security_receiver: Receiver,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_security"
     own = fresh_services(name)
     built = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=security_upstream,
                         workdir=tmp_path_factory.mktemp("security-stack"), queue_name=f"relay.batch_items.{name}",
-                        catalog=security_catalog(security_upstream.url))
+                        catalog=security_catalog(security_upstream.url, security_receiver.url), **WEBHOOK_SETTINGS)
     yield built
     built.close()
 

@@ -168,6 +168,7 @@ def _admin_requests(stack: Stack) -> list[tuple[str, str]]:
             continue
         path = rule.rule.replace("<uuid:key_id>", str(uuid.uuid4())).replace("<uuid:token_id>", str(uuid.uuid4()))
         path = path.replace("<string:name>", "main").replace("<batch_id>", str(uuid.uuid4())).replace("<idx>", "0")
+        path = path.replace("<delivery_id>", str(uuid.uuid4()))
         assert "<" not in path, rule.rule
         found += [(method, path) for method in sorted(rule.methods or ()) if method not in ("HEAD", "OPTIONS")]
     return found

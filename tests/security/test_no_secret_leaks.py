@@ -1,8 +1,9 @@
 """No secret leaks: a representative workload on a real `relay api` and `relay worker` (live calls that succeed,
-stream, fail upstream and are refused; a batch run to the end; usage reads and exports; admin reads and credential
-changes; wrong credentials), then every answer, every log line of both processes, every row of every table and
-every payload file is searched for every secret: host key values, relay keys (old values included), inference
-tokens, the admin token and RELAY_SECRET_KEY."""
+stream, fail upstream and are refused; a batch run to the end; a batch with a callback_url whose webhooks are
+delivered; usage reads and exports; admin reads and credential changes; wrong credentials), then every answer,
+every log line of both processes, every webhook sent, every row of every table and every payload file is searched
+for every secret: host key values, relay keys (old values included), inference tokens, webhook secrets (catalog and
+callback), the admin token and RELAY_SECRET_KEY."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 import requests
 
 from tests.reliability.stack import MODEL, Stack, item_requests
-from tests.security.conftest import HOST_KEYS
+from tests.security.conftest import HOST_KEYS, WEBHOOK_SECRETS
+from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +50,8 @@ def _secret_forms(secret: str) -> list[str]:
         forms.append(secret.rsplit(".", 1)[1])  # the signature
     elif secret.startswith(("rk_", "sk-")):
         forms.append(secret.rsplit("-", 1)[-1] if secret.startswith("sk-") else secret[3:])
+    elif secret.startswith("whsec_"):
+        forms.append(secret[6:])  # the key in base64
     return [f for f in forms if len(f) >= 16]
 
 
@@ -70,7 +74,7 @@ def _files(root: Path) -> list[tuple[str, str]]:
 
 
 def test_no_secret_appears_in_any_answer_log_line_table_or_payload_file(
-        security_stack: Stack, issue: Callable[..., dict[str, Any]]) -> None:
+        security_stack: Stack, security_receiver: Receiver, issue: Callable[..., dict[str, Any]]) -> None:
     stack = security_stack
     api = stack.start_api()
     worker = stack.start_worker(threads=4)
@@ -119,13 +123,28 @@ def test_no_secret_appears_in_any_answer_log_line_table_or_payload_file(
     assert call("POST", f"/v1/batches/{batch_id}/cancel", live_key).status_code == 409  # finished: nothing to cancel
     call("POST", "/v1/batches", token["token"], json={"shape": "openai", "requests": item_requests("leak-t", 2)})
 
+    # Webhooks: the project's (signed with both secrets of its rotation) and a batch's callback, delivered.
+    res = call("POST", "/v1/batches", live_key, json={
+        "shape": "openai", "requests": item_requests("leak-hook", 2), "callback_url": f"{security_receiver.url}/cb",
+        "callback_secret": WEBHOOK_SECRETS["callback"]})
+    assert res.status_code == 202, res.text
+    hooked = res.json()["id"]
+    security_receiver.wait("/cb", 1, timeout=60)
+    security_receiver.wait("/project", 2, timeout=60)  # the first batch's event and this one's
+    deliveries = call("GET", f"/admin/webhooks/deliveries?batch_id={hooked}", admin).json()["data"]
+    assert len(deliveries) == 2
+    for delivery in deliveries:
+        assert call("GET", f"/admin/webhooks/deliveries/{delivery['id']}", admin).status_code == 200
+    assert call("GET", "/admin/webhooks/deliveries?limit=200", admin).status_code == 200
+
     # Usage and admin reads.
     for who in (admin, live_key, token["token"]):
         for path in ("/v1/usage/events?limit=1000", "/v1/usage/summary?group_by=credential,model,batch",
                      "/v1/usage/events/export?format=csv", "/v1/usage/events/export?format=jsonl"):
             assert call("GET", path, who).status_code == 200
-    for path in ("/admin/catalog", "/admin/hosts", "/admin/relay-keys", "/admin/tokens", "/admin/policies/main",
-                 "/admin/users", "/admin/service-accounts", "/metrics", "/readyz", "/openapi.json"):
+    for path in ("/admin/catalog", "/admin/hosts", "/admin/projects", "/admin/relay-keys", "/admin/tokens",
+                 "/admin/policies/main", "/admin/users", "/admin/service-accounts", "/metrics", "/readyz",
+                 "/openapi.json"):
         assert call("GET", path, admin).status_code == 200, path
     assert call("POST", f"/admin/relay-keys/{refused['id']}/revoke", admin).status_code == 200
     assert call("POST", f"/admin/tokens/{token['id']}/revoke", admin).status_code == 200
@@ -136,9 +155,12 @@ def test_no_secret_appears_in_any_answer_log_line_table_or_payload_file(
 
     wanted = {**{f"host key {n}": v for n, v in HOST_KEYS.items()},
               **{f"relay key {i}": v for i, v in enumerate(relay_keys)}, "token": token["token"],
+              **{f"webhook secret {n}": v for n, v in WEBHOOK_SECRETS.items()},
               "admin token": admin, "RELAY_SECRET_KEY": stack.settings.secret_key}
     haystacks = [(label, body.decode("utf-8", "replace")) for label, body in call.answers]
     haystacks += [(f"log {p.name}", p.read_text(errors="replace")) for p in (api.log_path, worker.log_path)]
+    haystacks += [(f"webhook to {r.path}", json.dumps(r.headers) + r.body.decode())
+                  for r in security_receiver.received()]
     haystacks += _database_text(stack)
     haystacks += _files(Path(stack.settings.batch_payload_dir))
     assert any("payload_logs" in label for label, _ in haystacks)  # the live bodies were logged: scanned too

@@ -6,15 +6,16 @@ import { operatorView } from "./operator.js";
 import { submitView } from "./submit.js";
 import { errorBox, h, replace, viewerZone } from "./ui.js";
 import { usageView } from "./usage.js";
+import { webhooksView } from "./webhooks.js";
 
 const ROUTES = {
   caller: { batches: batchesView, submit: submitView, usage: usageView, operator: operatorView },
-  admin: { operator: operatorView, usage: usageView },
+  admin: { operator: operatorView, usage: usageView, webhooks: webhooksView },
 };
 const HOME = { caller: "#/batches", admin: "#/operator" };
 const NAV = {
   caller: [["#/batches", "Batches"], ["#/submit", "Submit"], ["#/usage", "Usage"]],
-  admin: [["#/operator", "Operator"], ["#/usage", "Usage"]],
+  admin: [["#/operator", "Operator"], ["#/usage", "Usage"], ["#/webhooks", "Webhooks"]],
 };
 
 let stopView = () => {};

@@ -1,0 +1,53 @@
+"""The webhook actor (one delivery attempt per message, on a queue of its own) and the worker boot hook that runs the
+webhook outbox in every worker process. The delivery logic is `app.webhooks.delivery`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import UUID
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from actors.boot import worker_context
+from actors.broker import get_broker
+from app.settings import Settings
+from app.webhooks.delivery import deliver
+from app.webhooks.outbox import Outbox
+
+log = logging.getLogger("relay.actors.webhooks")
+_settings = Settings.from_env()
+_broker = get_broker()  # actors bind to the global broker at import: build it first
+_state: dict[str, Outbox] = {}
+
+
+def _always(_retries: int, _exc: BaseException) -> bool:
+    """Retry every failure: when a delivery gives up is decided in Postgres (its give-up window), not by a count."""
+    return True
+
+
+@dramatiq.actor(queue_name=_settings.webhook_queue, retry_when=_always, min_backoff=1_000, max_backoff=300_000,
+                time_limit=int((_settings.webhook_timeout_s + 60) * 1000))
+def deliver_webhook(delivery_id: str, token: str) -> None:
+    """One attempt of a delivery. Raises Retry when this message should come again (a short backoff, or another
+    attempt's lease to wait out); other errors (Postgres away) are retried with Dramatiq's own backoff."""
+    wait = deliver(worker_context().runtime, UUID(delivery_id), UUID(token))
+    if wait is not None:
+        raise dramatiq.Retry(delay=max(1, int(wait * 1000)))
+
+
+def _publish(delivery_id: str, token: str) -> Any:
+    return deliver_webhook.send(delivery_id, token)
+
+
+class WebhookWorkerBoot(Middleware):
+    """Per worker process: the outbox thread, publishing due deliveries (after BatchWorkerBoot built the context)."""
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        _state["outbox"] = Outbox(worker_context().runtime, _publish).start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        outbox = _state.pop("outbox", None)
+        if outbox is not None:
+            outbox.close()
