@@ -4,6 +4,8 @@ the shared services, and a second stack on private Postgres + RabbitMQ that test
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,9 +41,12 @@ def stack(services: ServiceUrls, fault_upstream: FakeUpstream,
 
 
 @pytest.fixture(scope="session")
-def private_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServices]:
-    """Postgres and RabbitMQ of this session alone, on free ports, stopped at the end."""
-    directory: Path = tmp_path_factory.mktemp("private-services")
+def private_services() -> Iterator[PrivateServices]:
+    """Postgres and RabbitMQ of this session alone, on free ports, stopped at the end.
+
+    Their folder is not under pytest's own temporary folder: every pytest session run by the same user sets that
+    one back to mode 0700, and the postgres user could then no longer reach its data (pg_ctl: Permission denied)."""
+    directory = Path(tempfile.mkdtemp(prefix="relay-private-services-"))
     found = PrivateServices.allocate(directory)
     try:
         found.up()
@@ -50,6 +55,7 @@ def private_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Priva
         pytest.fail(f"private Postgres/RabbitMQ did not start: {exc}")
     yield found
     found.down()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
