@@ -7,7 +7,10 @@ The worker (RelayGeventWorker) adds what gunicorn's gevent worker lacks for Rela
   for every read or write on the connection (RELAY_API_IO_TIMEOUT_S: a body that stops arriving is a 408, a stream
   nobody reads is cut and recorded as `client_disconnected`): the connection is dropped;
 - malformed HTTP (bad request line or headers, an oversize URI or header block, a bad Content-Length or chunked
-  body) answered with Relay's JSON error shape instead of gunicorn's HTML page;
+  body) answered with Relay's JSON error shape instead of gunicorn's HTML page, with an `x-request-id`; a chunked
+  body found malformed while the app reads it is the app's `400 invalid_chunked_body` (it reached Flask as a
+  500), and a transfer coding Relay does not decode (`gzip, chunked`: gunicorn passes the coded bytes on) is
+  `501 unsupported_transfer_coding`;
 - on a graceful stop (SIGTERM), the process's runtime is closed after the last request: the usage writer commits
   everything pending first.
 
@@ -21,12 +24,17 @@ import json
 import logging
 import socket
 import sys
+import uuid
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.http import errors as http_errors
+from gunicorn.http.body import ChunkedReader
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
+from werkzeug.exceptions import ClientDisconnected
+
+from app.api.bodies import MalformedBody
 
 log = logging.getLogger("relay.api.server")
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
@@ -57,7 +65,7 @@ _REASONS = {400: "Bad Request", 414: "URI Too Long", 417: "Expectation Failed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented"}
 
 
-def error_answer(exc: BaseException) -> bytes:
+def error_answer(exc: BaseException, request_id: str) -> bytes:
     """The whole HTTP answer (connection closed after it) for a request gunicorn could not parse."""
     status, code, message = 500, "internal_error", "internal error"
     for kind, kind_status, kind_code, kind_message in _PARSE_ERRORS:
@@ -66,8 +74,40 @@ def error_answer(exc: BaseException) -> bytes:
             break
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+            f"x-request-id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
+
+
+def refuse_undecoded_codings(headers: list[tuple[str, str]]) -> None:
+    """Raise UnsupportedTransferCoding for a transfer coding other than chunked: gunicorn accepts gzip, deflate and
+    compress before chunked and hands the app the coded bytes, which Relay would read as the body itself."""
+    for name, value in headers:
+        if name == "TRANSFER-ENCODING" and any(v.strip(" \t").lower() != "chunked" for v in value.split(",")):
+            raise http_errors.UnsupportedTransferCoding(value)
+
+
+class CheckedChunks:
+    """A chunked body's reader for the app: gunicorn's parse errors, raised while the app reads the body, become
+    `400 invalid_chunked_body` and a client gone mid-body the app's ClientDisconnected (both reached Flask's
+    catch-all as 500s); the answer then says `Connection: close` (where the next request starts is unknown), as
+    the connection is. Once the app has answered, gunicorn itself drains what is left: an error then closes the
+    connection quietly (NoMoreData) instead of sending a second answer."""
+
+    def __init__(self, req: Any) -> None:
+        self._req = req
+        self._reader: ChunkedReader = req.body.reader
+        self.answered = False
+
+    def read(self, size: int) -> bytes:
+        try:
+            return bytes(self._reader.read(size))
+        except (http_errors.ParseException, OSError) as exc:  # gunicorn's NoMoreData is an OSError
+            if self.answered:
+                raise http_errors.NoMoreData() from exc
+            self._req.force_close()
+            if isinstance(exc, http_errors.ParseException):
+                raise MalformedBody() from exc
+            raise ClientDisconnected() from exc
 
 
 class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
@@ -80,13 +120,26 @@ class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
         client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip to its base
         AsyncWorker.handle(self, listener, client, addr)
 
-    def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
-        if isinstance(exc, http_errors.ParseException):
-            self.log.info("malformed request from %s: %s", (addr or ("",))[0], type(exc).__name__)
-        else:
-            self.log.exception("error handling a request")
+    def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
+        refuse_undecoded_codings(req.headers)
+        checked = None
+        if isinstance(req.body.reader, ChunkedReader):
+            checked = req.body.reader = CheckedChunks(req)
         try:
-            client.sendall(error_answer(exc))
+            return super().handle_request(listener_name, req, sock, addr)
+        finally:
+            if checked is not None:
+                checked.answered = True
+
+    def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
+        request_id = uuid.uuid4().hex
+        if isinstance(exc, http_errors.ParseException):
+            self.log.info("malformed request from %s: %s (x-request-id %s)", (addr or ("",))[0],
+                          type(exc).__name__, request_id)
+        else:
+            self.log.exception("error handling a request (x-request-id %s)", request_id)
+        try:
+            client.sendall(error_answer(exc, request_id))
         except OSError:
             pass
 
