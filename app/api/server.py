@@ -35,6 +35,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from werkzeug.exceptions import ClientDisconnected
 
 from app.api.bodies import MalformedBody
+from app.api.connections import ConnectionSlots, TooManyConnections
 
 log = logging.getLogger("relay.api.server")
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
@@ -60,9 +61,11 @@ _PARSE_ERRORS: tuple[tuple[type[BaseException], int, str, str], ...] = (
     (http_errors.ChunkMissingTerminator, 400, "invalid_chunked_body", "the chunked request body is malformed"),
     (http_errors.InvalidChunkExtension, 400, "invalid_chunked_body", "the chunked request body is malformed"),
     (http_errors.ParseException, 400, "bad_request", "the request is not valid HTTP"),
+    (TooManyConnections, 503, "too_many_connections", "too many open connections from this address"),
 )
 _REASONS = {400: "Bad Request", 414: "URI Too Long", 417: "Expectation Failed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented"}
+            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+            503: "Service Unavailable"}
 
 
 def error_answer(exc: BaseException, request_id: str) -> bytes:
@@ -111,25 +114,55 @@ class CheckedChunks:
 
 
 class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
-    """gunicorn's gevent worker with TCP_NODELAY, I/O deadlines and JSON answers to malformed HTTP."""
+    """gunicorn's gevent worker with TCP_NODELAY, I/O deadlines, JSON answers to malformed HTTP, and connection
+    slots idle connections cannot all take (app/api/connections.py)."""
 
     io_timeout_s = 30.0  # set from the settings before the workers fork
+    connections_per_address = -1  # likewise: -1 half of --connections, 0 no cap
+    _slots: ConnectionSlots | None = None
+
+    def slots(self) -> ConnectionSlots:
+        if self._slots is None:
+            cap = self.connections_per_address
+            self._slots = ConnectionSlots(self.worker_connections, self.worker_connections // 2 if cap < 0 else cap)
+        return self._slots
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip to its base
-        AsyncWorker.handle(self, listener, client, addr)
+        address = str(addr[0]) if isinstance(addr, tuple) and addr else ""
+        try:
+            self.slots().admit(client, address)
+        except TooManyConnections as exc:
+            self._refuse(client, exc)
+            return
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip it
+            AsyncWorker.handle(self, listener, client, addr)
+        finally:
+            self.slots().release(client, address)
 
     def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
         refuse_undecoded_codings(req.headers)
         checked = None
         if isinstance(req.body.reader, ChunkedReader):
             checked = req.body.reader = CheckedChunks(req)
+        self.slots().busy(sock)
         try:
             return super().handle_request(listener_name, req, sock, addr)
         finally:
             if checked is not None:
                 checked.answered = True
+            self.slots().idle(sock)
+
+    def _refuse(self, client: socket.socket, exc: TooManyConnections) -> None:
+        """Answer a connection over its address's cap (503) and close it, without reading anything."""
+        try:
+            client.settimeout(1.0)
+            client.sendall(error_answer(exc, uuid.uuid4().hex))
+        except OSError:
+            pass
+        finally:
+            client.close()
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         request_id = uuid.uuid4().hex
@@ -168,8 +201,10 @@ def _close_runtime(_server: Any, worker: Any) -> None:
         runtime.close()
 
 
-def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float) -> None:
+def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float,
+                 connections_per_address: int = -1) -> None:
     RelayGeventWorker.io_timeout_s = io_timeout_s
+    RelayGeventWorker.connections_per_address = connections_per_address
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # inherited by the forked workers
     options = {
         "bind": bind,
