@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from tests.batches.provider_helpers import jsonl, message, wait_anthropic, wait_
 from tests.fake_upstream.harness import FakeUpstream
 from tests.processes import RelayProcess
 from tests.reliability.stack import MODEL, Stack, fault_catalog, upstream_key
-from tests.services import ServiceUrls, fresh_services
+from tests.services import ServiceUrls
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +46,8 @@ def results_catalog(upstream_url: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def results_stack(services: ServiceUrls, fault_upstream: FakeUpstream,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_results"
-    own = fresh_services(name)
-    built = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=fault_upstream,
-                        workdir=tmp_path_factory.mktemp("results-stack"), queue_name=f"relay.batch_items.{name}",
-                        catalog=results_catalog(fault_upstream.url))
+    built = Stack.on_own_services("results", upstream=fault_upstream, workdir=tmp_path_factory.mktemp("results"),
+                                  catalog=results_catalog(fault_upstream.url))
     yield built
     built.close()
 
