@@ -35,8 +35,9 @@ class ConnectionSlots:
         self.shed = 0  # how many idle connections were closed for room (for tests and logs)
 
     def admit(self, sock: socket.socket, address: str) -> None:
-        """Count a new connection (idle until its first request); TooManyConnections past the address's cap."""
-        if self.per_address and self._by_address[address] >= self.per_address:
+        """Count a new connection (idle until its first request); TooManyConnections past the address's cap (none
+        for a connection without an address, on a Unix socket)."""
+        if self.per_address and address and self._by_address[address] >= self.per_address:
             raise TooManyConnections(address)
         self._by_address[address] += 1
         self._open += 1
