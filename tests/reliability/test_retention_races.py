@@ -44,12 +44,19 @@ def results_catalog(upstream_url: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def results_stack(services: ServiceUrls, fault_upstream: FakeUpstream,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def own_stack(services: ServiceUrls, fault_upstream: FakeUpstream,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     built = Stack.on_own_services("results", upstream=fault_upstream, workdir=tmp_path_factory.mktemp("results"),
                                   catalog=results_catalog(fault_upstream.url))
     yield built
     built.close()
+
+
+@pytest.fixture()
+def results_stack(own_stack: Stack) -> Iterator[Stack]:
+    """The module's stack for one test; every process the test started is killed afterwards."""
+    yield own_stack
+    own_stack.stop_processes()
 
 
 def open_stream(api: RelayProcess, path: str, key: str) -> tuple[http.client.HTTPResponse, bytes]:
@@ -132,6 +139,7 @@ def test_of_deletes_racing_for_a_finished_batch_one_deletes_it_and_the_others_ge
     for _ in range(4):
         batch_id = stack.submit(key, "race", 1000)  # no worker runs: the cancel makes every item final
         assert stack.call(key, "POST", f"/v1/batches/{batch_id}/cancel").status_code == 200
+        stack.wait_finished(key, batch_id)
 
         def delete(_: int, batch_id: str = batch_id) -> tuple[int, str]:
             res = requests.delete(f"{api.url}/v1/batches/{batch_id}", headers=headers, timeout=30)
