@@ -316,8 +316,12 @@ def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, json
     """Check access now (404 before streaming starts), then stream the results in idx order. A caller of None is
     the operator (admin routes only). A stream a delete cuts short ends without the JSON's closing bracket, or
     with an error line in JSON Lines."""
-    return cut_visibly(open_result_chunks(runtime, caller, batch_id, jsonl=jsonl),
-                       _jsonl_cut_line if jsonl else lambda _cut: b"")
+    return cut_marked(open_result_chunks(runtime, caller, batch_id, jsonl=jsonl), jsonl=jsonl)
+
+
+def cut_marked(chunks: Iterator[bytes], *, jsonl: bool) -> Iterator[bytes]:
+    """CHUNKS of Relay's own results formats, ended visibly where a delete cut them (see cut_visibly)."""
+    return cut_visibly(chunks, _jsonl_cut_line if jsonl else lambda _cut: b"")
 
 
 def open_result_chunks(runtime: Runtime, caller: Caller | None, batch_id: str, *,

@@ -1,8 +1,8 @@
 """Deletes racing other requests on a real `relay api` and workers: a batch deleted while its results are read
-gives every reader (Relay's JSON and JSON Lines, OpenAI's output file, Anthropic's results) a visibly cut stream,
-never a shorter document that parses as whole (the stream took "no more rows" for the end: a well-formed 200 with
-2,000 of 2,100 results); of DELETEs racing for one batch, one deletes it and the others get its 404 (they got
-`409 batch_not_finished`, "still has N queued")."""
+gives every reader (Relay's JSON and JSON Lines, merged or not, OpenAI's output file, Anthropic's results) a
+visibly cut stream, never a shorter document that parses as whole (the stream took "no more rows" for the end: a
+well-formed 200 with 2,000 of 2,100 results); of DELETEs racing for one batch, one deletes it and the others
+get its 404 (they got `409 batch_not_finished`, "still has N queued")."""
 
 from __future__ import annotations
 
@@ -109,6 +109,7 @@ def test_a_batch_deleted_while_its_results_are_read_gives_every_reader_a_visibly
     streams = {
         "json": open_stream(api, f"/v1/batches/{openai_batch.id}/results", key),
         "jsonl": open_stream(api, f"/v1/batches/{openai_batch.id}/results?format=jsonl", key),
+        "merged": open_stream(api, f"/v1/batches/{openai_batch.id}/results?format=jsonl&merged=true", key),
         "openai": open_stream(api, f"/v1/files/{done.output_file_id}/content", key),
         "anthropic": open_stream(api, f"/v1/messages/batches/{anthropic_batch.id}/results", key),
     }
@@ -122,7 +123,7 @@ def test_a_batch_deleted_while_its_results_are_read_gives_every_reader_a_visibly
     assert bodies["json"].count(b'{"idx":') < ITEMS
     with pytest.raises(ValueError):
         json.loads(bodies["json"])  # no closing bracket: not a document
-    for name in ("jsonl", "openai", "anthropic"):
+    for name in ("jsonl", "merged", "openai", "anthropic"):
         *results, last = bodies[name].rstrip(b"\n").split(b"\n")
         cut = json.loads(last)
         error = cut["result"]["error"]["error"] if name == "anthropic" else cut["error"]
