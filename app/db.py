@@ -2,30 +2,88 @@
 
 from __future__ import annotations
 
+import logging
 import select
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from app.errors import ServiceUnavailable
+
+CONNECT_TIMEOUT_S = 5  # a connection attempt to a host that does not answer (a partition), unless the URL says
+RECONNECT_MAX_DELAY_S = 0.5  # the longest wait between two attempts to replace a lost connection
+CONNECT_ERROR_LOG_EVERY_S = 10.0  # psycopg_pool logs every failed attempt: one line per this long is enough
+
+
+class PromptAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnection backoff (1, 2, 4, 8, 16 s... between attempts) capped at RECONNECT_MAX_DELAY_S and
+    starting lower: after a 30 s outage its next attempt came up to 30 s after Postgres was back."""
+
+    INITIAL_DELAY = 0.1
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_MAX_DELAY_S)
+
+
+class RelayPool(ConnectionPool[psycopg.Connection[Any]]):
+    """psycopg_pool's pool, recovering within a second of Postgres being back after it dropped the connections (a
+    restart, a failover, terminated sessions).
+
+    psycopg_pool's own policy rejected one dead connection per checkout check and slept 1, 2, 4, 8 s between
+    rejections, so a request met each dead connection of the pool in turn and timed out after 30 s; and it backed
+    off up to minutes between reconnection attempts. Here the first dead connection a checkout meets makes the pool
+    check all its idle ones at once (dead ones are replaced), the checkout waits only when fresh connections fail
+    too, and reconnection attempts are at most RECONNECT_MAX_DELAY_S apart. The two methods overridden are
+    psycopg_pool's (3.3) internals; tests/app/test_db.py fails if they are renamed.
+    """
+
+    def _getconn_with_check_loop(self, deadline: float) -> psycopg.Connection[Any]:
+        attempt: PromptAttempt | None = None
+        swept = False
+        while True:
+            conn = self._getconn_unchecked(deadline - time.monotonic())
+            try:
+                self._check_connection(conn)
+            except Exception:
+                self._putconn(conn, from_getconn=True)
+            except BaseException:  # cancelled: keep the connection, try no more
+                self._putconn(conn, from_getconn=True)
+                raise
+            else:
+                return conn
+            if not swept:  # a restart drops every connection: find the dead ones now, not one per request
+                swept = True
+                self.check()
+                continue
+            now = time.monotonic()
+            if attempt is None:
+                attempt = PromptAttempt(timeout=deadline - now)
+            attempt.update_delay(now)
+            if attempt.time_to_give_up(now):
+                raise PoolTimeout()
+            time.sleep(attempt.delay)
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(attempt or PromptAttempt(timeout=self.reconnect_timeout), growing)
 
 
 def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: str = "relay") -> ConnectionPool:
     """Open a pool of dict-row connections; fail fast with a clear error when Postgres is unreachable."""
-    pool = ConnectionPool(
-        database_url,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={"row_factory": dict_row, "autocommit": False},
-        name=name,
-        open=False,
-        check=check_idle_connection,
-    )
+    _throttle_connect_errors()
+    kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": False}
+    if "connect_timeout" not in conninfo_to_dict(database_url):
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+    pool = RelayPool(database_url, min_size=min_size, max_size=max_size, kwargs=kwargs, name=name, open=False,
+                     check=check_idle_connection)
     try:
         pool.open(wait=True, timeout=10)
     except Exception as exc:  # psycopg_pool raises PoolTimeout wrapping the connect error
@@ -94,6 +152,30 @@ def _reason(url: str) -> str:
     ports += [ports[-1]] * (len(hosts) - len(ports))  # libpq: one port serves every host
     nodes = ",".join(f"{host}:{port or 5432}" for host, port in zip(hosts, ports, strict=False))
     return f"{nodes}/{params.get('dbname', '')}"
+
+
+class _ConnectErrorThrottle(logging.Filter):
+    """Lets through one of psycopg_pool's "error connecting" lines per CONNECT_ERROR_LOG_EVERY_S: with attempts
+    half a second apart per lost connection, an outage would otherwise log dozens of lines a second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -CONNECT_ERROR_LOG_EVERY_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("error connecting in"):
+            return True
+        now = time.monotonic()
+        if now - self._last < CONNECT_ERROR_LOG_EVERY_S:
+            return False
+        self._last = now
+        return True
+
+
+def _throttle_connect_errors() -> None:
+    logger = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, _ConnectErrorThrottle) for f in logger.filters):
+        logger.addFilter(_ConnectErrorThrottle())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,5 +1,5 @@
 """A background thread that LISTENs on Postgres channels over its own autocommit connection, reconnecting with a
-backoff; the per-process caches (catalog, key health) build on it."""
+short backoff; the per-process caches (catalog, key health) build on it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from psycopg.rows import dict_row
 
 log = logging.getLogger("relay.notify")
 Connection = psycopg.Connection[Any]
+# Waits between reconnection attempts: short, so a cache is current again within a second of Postgres being back
+# (notifications sent meanwhile are lost; the catch-up after the reconnect covers them).
+FIRST_BACKOFF_S = 0.2
+MAX_BACKOFF_S = 1.0
 
 
 class NotifyListener:
@@ -42,7 +46,7 @@ class NotifyListener:
             self._thread.join(self._interval + 5 if timeout is None else timeout)
 
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = FIRST_BACKOFF_S
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._url, autocommit=True, row_factory=dict_row, connect_timeout=5,
@@ -50,13 +54,13 @@ class NotifyListener:
                     for channel in self._channels:
                         conn.execute(f"LISTEN {channel}")
                     self._on_connect(conn)
-                    backoff = 0.5
+                    backoff = FIRST_BACKOFF_S
                     self._wait(conn)
             except Exception as exc:  # any failure: log the kind only, then reconnect
                 if not self._stop.is_set():
                     log.warning("%s: %s; reconnecting in %.1fs", self._name, type(exc).__name__, backoff)
             self._stop.wait(backoff)
-            backoff = min(backoff * 2, 5.0)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _wait(self, conn: Connection) -> None:
         while not self._stop.is_set():

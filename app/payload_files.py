@@ -143,6 +143,54 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def directory_mode(file_mode: int) -> int:
+    """The folders' mode for FILE_MODE: the owner's rwx, and search wherever reading is granted."""
+    return file_mode | 0o700 | ((file_mode & 0o444) >> 2)
+
+
+class WritePath:
+    """The one way Relay writes the files it keeps (batch payloads and uploaded files): folders and files get
+    RELAY_BATCH_PAYLOAD_MODE's modes whatever the umask (set again after creating), and a file is written whole
+    under a staging name, synced, renamed into place and its folder synced, so no reader ever sees half of it."""
+
+    def __init__(self, file_mode: int) -> None:
+        self.file_mode, self.dir_mode = file_mode, directory_mode(file_mode)
+
+    def make_dir(self, path: Path) -> None:
+        """PATH and any missing parent, each with the folders' mode (an existing folder is left as it is)."""
+        if path.is_dir():
+            return
+        self.make_dir(path.parent)
+        try:
+            os.mkdir(path, self.dir_mode)
+        except FileExistsError:  # made meanwhile by another thread or process
+            return
+        os.chmod(path, self.dir_mode)
+
+    def new_dir(self, path: Path) -> None:
+        """A new folder PATH (FileExistsError if there is one), with the folders' mode; its parent exists."""
+        os.mkdir(path, self.dir_mode)
+        os.chmod(path, self.dir_mode)
+
+    def create(self, path: Path, *, readable: bool = False) -> int:
+        """A new file PATH (FileExistsError if there is one), open for writing (and reading if READABLE), with the
+        files' mode."""
+        access = os.O_RDWR if readable else os.O_WRONLY
+        fd = os.open(path, access | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.file_mode)
+        try:
+            os.fchmod(fd, self.file_mode)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    @staticmethod
+    def publish(staged: Path, final: Path) -> None:
+        """Rename STAGED (a synced file, or a folder whose entries are synced) to FINAL, durably."""
+        os.rename(staged, final)
+        fsync_dir(final.parent)
+
+
 class Segment:
     """One process's response file for one batch: threads reserve byte ranges under a lock and write them in
     parallel; sync() makes every append completed before it durable, one fdatasync shared by concurrent callers."""

@@ -31,6 +31,7 @@ from app.payload_files import (
     Segment,
     Segments,
     ShortRead,
+    WritePath,
     fsync_dir,
     pread_exact,
     read_request_body,
@@ -74,17 +75,12 @@ class ResponseRef(NamedTuple):
 Wanted = tuple[int, str | None, int | None, int | None]
 
 
-def directory_mode(file_mode: int) -> int:
-    """The folders' mode for FILE_MODE: the owner's rwx, and search wherever reading is granted."""
-    return file_mode | 0o700 | ((file_mode & 0o444) >> 2)
-
-
 class PayloadStore:
     """Reads and writes a process's batch payloads; every method is safe to call from many threads."""
 
     def __init__(self, root: str | os.PathLike[str], *, mode: int = DEFAULT_MODE) -> None:
         self.root = Path(root)
-        self.file_mode, self.dir_mode = mode, directory_mode(mode)
+        self.write_path = WritePath(mode)
         self._files = OpenFiles(_OPEN_FILES, self._path_of)
         self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
         self._pid, self._token = os.getpid(), _process_token()
@@ -100,20 +96,16 @@ class PayloadStore:
         between writes: once it answers True the write fails (PayloadStoreUnavailable) and nothing is published."""
         staging = self.root / STAGING / str(batch_id)
         try:
-            self._make_dir(self.root)
-            self._make_dir(staging.parent)
-            os.mkdir(staging, self.dir_mode)
-            os.chmod(staging, self.dir_mode)
-            fd = os.open(staging / REQUESTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.file_mode)
+            self.write_path.make_dir(staging.parent)
+            self.write_path.new_dir(staging)
+            fd = self.write_path.create(staging / REQUESTS_FILE)
             try:
-                os.fchmod(fd, self.file_mode)
                 write_request_file(fd, bodies, abandoned)
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
             fsync_dir(staging)
-            os.rename(staging, self.batch_dir(batch_id))
-            fsync_dir(self.root)
+            self.write_path.publish(staging, self.batch_dir(batch_id))
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise PayloadStoreUnavailable(message=f"cannot write the batch's request file: {exc.strerror or exc}") \
@@ -212,23 +204,16 @@ class PayloadStore:
 
     # internals ---------------------------------------------------------------------------------------------------
 
-    def _make_dir(self, path: Path) -> None:
-        if path.is_dir():
-            return
-        os.makedirs(path, self.dir_mode, exist_ok=True)
-        os.chmod(path, self.dir_mode)
-
     def _open_segment(self, batch_id: UUID, generation: int) -> Segment:
         """Open (or create, durably named) this process's segment of a batch; never creates the batch's folder."""
         name = f"responses-{self._token}-{generation}.seg"
         path = self.batch_dir(batch_id) / name
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.file_mode)
+            fd = self.write_path.create(path)
         except FileExistsError:  # reopened after it was closed for room
             fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
             return Segment(fd, name, os.fstat(fd).st_size)
         try:
-            os.fchmod(fd, self.file_mode)
             fsync_dir(path.parent)
         except OSError:
             os.close(fd)

@@ -53,6 +53,7 @@ class Settings:
     webhook_retry_max_s: float = 21_600.0  # ... up to this
     webhook_give_up_after_s: float = 259_200.0  # 72 h: then a delivery is marked failed
     webhook_queue_name: str = ""  # the webhook actor's queue; empty: RELAY_QUEUE_NAME + ".webhooks"
+    api_connections_per_address: int = -1  # a server process's connections one address may hold: -1 half, 0 any
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -92,6 +93,9 @@ class Settings:
                      "webhook_retry_min_s", "webhook_retry_max_s", "webhook_give_up_after_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
+        if self.api_connections_per_address < -1:
+            raise SettingsError("RELAY_API_CONNECTIONS_PER_ADDRESS must be -1 (half of --connections), 0 (no cap)"
+                                " or a number of connections")
         _file_mode(self.batch_payload_mode)
         if self.webhook_retry_max_s < self.webhook_retry_min_s:
             raise SettingsError("RELAY_WEBHOOK_RETRY_MAX_S must be at least RELAY_WEBHOOK_RETRY_MIN_S")

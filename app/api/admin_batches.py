@@ -13,7 +13,7 @@ from flask_smorest import Blueprint
 from marshmallow import RAISE
 
 from app.api.admin_auth import documented, require_admin, runtime
-from app.api.batches import results_response
+from app.api.batches import RESULTS_ANSWER, results_response
 from app.batches import service
 from app.batches.fleet import fleet_status
 from schemas.admin_batches import AdminBatchListArgs, AdminBatchListSchema, FleetSchema
@@ -58,7 +58,7 @@ def get_item(batch_id: str, idx: str) -> ResponseReturnValue:
 @documented(blp, "Any batch's results in idx order, streamed (JSON, or JSON Lines with ?format=jsonl)", 404)
 @blp.arguments(BatchResultsArgs, location="query", unknown=RAISE)
 @blp.response(200, BatchResultsSchema, content_type="application/json")
-@blp.alt_response(200, content_type="application/x-ndjson", description="one result per line", success=True)
+@blp.doc(responses=RESULTS_ANSWER)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     return results_response(None, batch_id, args["format"], merged=args["merged"])
 

@@ -45,6 +45,11 @@ blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
 
 _NDJSON = "application/x-ndjson"
+# The results route's 200 in both its bodies: JSON, and JSON Lines (`?format=jsonl` or `Accept:
+# application/x-ndjson`). flask-smorest's alt_response of the same status documented only the JSON one.
+RESULTS_ANSWER = {"200": {"description": "every item's result, in idx order", "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/BatchResults"}},
+    _NDJSON: {"schema": {"type": "string", "description": "JSON Lines: one BatchResult object per line"}}}}}
 SECURITY: list[dict[str, list[str]]] = [{"relayCredential": []}]
 
 
@@ -132,7 +137,7 @@ def get_item(batch_id: str, idx: str) -> ResponseReturnValue:
          security=SECURITY)
 @blp.arguments(BatchResultsArgs, location="query")
 @blp.response(200, BatchResultsSchema, content_type="application/json")
-@blp.alt_response(200, content_type=_NDJSON, description="one result per line", success=True)
+@blp.doc(responses=RESULTS_ANSWER)
 def results(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     return results_response(request_caller(), batch_id, args["format"], merged=args["merged"])
 

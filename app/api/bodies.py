@@ -12,6 +12,15 @@ from werkzeug.exceptions import ClientDisconnected
 from app.errors import BadRequest, RelayError
 
 _READ_CHUNK = 1 << 20
+
+
+class MalformedBody(BadRequest):
+    """A chunked body the server could not parse while the app read it; the connection is not reused."""
+
+    code = "invalid_chunked_body"
+
+    def __init__(self) -> None:
+        super().__init__(message="the chunked request body is malformed", headers={"Connection": "close"})
 _ZEROS = bytes(_READ_CHUNK)
 
 

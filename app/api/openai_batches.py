@@ -3,7 +3,7 @@ dispatches here from app/api/batches.py). Errors in OpenAI's shape, with Relay's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any, cast
 
 from flask import Response, request, stream_with_context
 from flask.typing import ResponseReturnValue
@@ -17,7 +17,7 @@ from app.api.provider_common import SMALL_BODY, answer, json_object, load_object
 from app.auth_model import Caller
 from app.batches import openai_files, openai_view, provider
 from app.batches.openai_view import file_disk
-from app.batches.provider_errors import FileTooLarge
+from app.batches.provider_errors import FileTooLarge, FormTooLarge
 from app.errors import RelayError, ValidationFailed
 from app.files.disk import FileDisk, StagedFile
 from schemas.inference import ShapedErrorSchema
@@ -39,6 +39,10 @@ shape_errors(blp, "openai")
 
 PREFIXES = ("/v1", "/openai/v1")
 _FORM_OVERHEAD = 1 << 20  # multipart boundaries and the `purpose` field, beyond the file itself
+# The most a text field (`purpose`) or a part's headers may hold. werkzeug checks it against each 64 KiB read of
+# the body plus what it held back from the one before (up to a boundary's length when a line break ends it), so
+# it must be well above 64 KiB: at 64 KiB, an upload whose line break fell near the end of a read was refused.
+_FORM_FIELD_LIMIT = 1 << 20
 _OCTETS = "application/octet-stream"
 
 
@@ -68,23 +72,38 @@ def _receive_upload(disk: FileDisk, limit: int) -> tuple[StagedFile, str, str]:
         staged.append(disk.stage())
         return staged[-1].handle
 
-    parser = FormDataParser(stream_factory=stream_factory, max_form_memory_size=64 * 1024,
-                            max_content_length=request.max_content_length, max_form_parts=16)
+    parser = FormDataParser(stream_factory=stream_factory, max_form_memory_size=_FORM_FIELD_LIMIT,
+                            max_form_parts=16)
     chosen = None
     try:
-        _, form, files = parser.parse(request.stream, request.mimetype, request.content_length,
+        _, form, files = parser.parse(cast(IO[bytes], _UploadBody(limit)), request.mimetype, request.content_length,
                                       request.mimetype_params)
         upload = files.get("file")
         chosen = next((s for s in staged if upload is not None and s.handle is upload.stream), None)
         if chosen is None or upload is None:
             raise ValidationFailed("invalid_request", "send the file as the multipart field `file`")
         return chosen, upload.filename or "", form.get("purpose", "")
-    except RequestEntityTooLarge as exc:
-        raise FileTooLarge(message=f"a file holds at most {limit} bytes") from exc
+    except RequestEntityTooLarge as exc:  # the body passed the limit in _UploadBody, so it is the form's own
+        raise FormTooLarge(message=f"a form holds at most 16 parts, and a text field or a part's headers at most"
+                                   f" {_FORM_FIELD_LIMIT} bytes") from exc
     finally:
         for other in staged:
             if other is not chosen:
                 disk.discard(other)
+
+
+class _UploadBody:
+    """The request body for the form parser: past the size limit (werkzeug's 413, declared or streamed) it is the
+    file's `file_too_large`, told apart from the form parser's own limits."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return request.stream.read(size)
+        except RequestEntityTooLarge as exc:
+            raise FileTooLarge(message=f"a file holds at most {self._limit} bytes") from exc
 
 
 @routes(blp, _paths("/files"), ["GET"])

@@ -7,7 +7,10 @@ The worker (RelayGeventWorker) adds what gunicorn's gevent worker lacks for Rela
   for every read or write on the connection (RELAY_API_IO_TIMEOUT_S: a body that stops arriving is a 408, a stream
   nobody reads is cut and recorded as `client_disconnected`): the connection is dropped;
 - malformed HTTP (bad request line or headers, an oversize URI or header block, a bad Content-Length or chunked
-  body) answered with Relay's JSON error shape instead of gunicorn's HTML page;
+  body) answered with Relay's JSON error shape instead of gunicorn's HTML page, with an `x-request-id`; a chunked
+  body found malformed while the app reads it is the app's `400 invalid_chunked_body` (it reached Flask as a
+  500), and a transfer coding Relay does not decode (`gzip, chunked`: gunicorn passes the coded bytes on) is
+  `501 unsupported_transfer_coding`;
 - on a graceful stop (SIGTERM), the process's runtime is closed after the last request: the usage writer commits
   everything pending first.
 
@@ -21,12 +24,18 @@ import json
 import logging
 import socket
 import sys
+import uuid
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.http import errors as http_errors
+from gunicorn.http.body import ChunkedReader
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
+from werkzeug.exceptions import ClientDisconnected
+
+from app.api.bodies import MalformedBody
+from app.api.connections import ConnectionSlots, TooManyConnections
 
 log = logging.getLogger("relay.api.server")
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
@@ -52,12 +61,14 @@ _PARSE_ERRORS: tuple[tuple[type[BaseException], int, str, str], ...] = (
     (http_errors.ChunkMissingTerminator, 400, "invalid_chunked_body", "the chunked request body is malformed"),
     (http_errors.InvalidChunkExtension, 400, "invalid_chunked_body", "the chunked request body is malformed"),
     (http_errors.ParseException, 400, "bad_request", "the request is not valid HTTP"),
+    (TooManyConnections, 503, "too_many_connections", "too many open connections from this address"),
 )
 _REASONS = {400: "Bad Request", 414: "URI Too Long", 417: "Expectation Failed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented"}
+            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+            503: "Service Unavailable"}
 
 
-def error_answer(exc: BaseException) -> bytes:
+def error_answer(exc: BaseException, request_id: str) -> bytes:
     """The whole HTTP answer (connection closed after it) for a request gunicorn could not parse."""
     status, code, message = 500, "internal_error", "internal error"
     for kind, kind_status, kind_code, kind_message in _PARSE_ERRORS:
@@ -66,27 +77,102 @@ def error_answer(exc: BaseException) -> bytes:
             break
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+            f"x-request-id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
 
 
+def refuse_undecoded_codings(headers: list[tuple[str, str]]) -> None:
+    """Raise UnsupportedTransferCoding for a transfer coding other than chunked: gunicorn accepts gzip, deflate and
+    compress before chunked and hands the app the coded bytes, which Relay would read as the body itself."""
+    for name, value in headers:
+        if name == "TRANSFER-ENCODING" and any(v.strip(" \t").lower() != "chunked" for v in value.split(",")):
+            raise http_errors.UnsupportedTransferCoding(value)
+
+
+class CheckedChunks:
+    """A chunked body's reader for the app: gunicorn's parse errors, raised while the app reads the body, become
+    `400 invalid_chunked_body` and a client gone mid-body the app's ClientDisconnected (both reached Flask's
+    catch-all as 500s); the answer then says `Connection: close` (where the next request starts is unknown), as
+    the connection is. Once the app has answered, gunicorn itself drains what is left: an error then closes the
+    connection quietly (NoMoreData) instead of sending a second answer."""
+
+    def __init__(self, req: Any) -> None:
+        self._req = req
+        self._reader: ChunkedReader = req.body.reader
+        self.answered = False
+
+    def read(self, size: int) -> bytes:
+        try:
+            return bytes(self._reader.read(size))
+        except (http_errors.ParseException, OSError) as exc:  # gunicorn's NoMoreData is an OSError
+            if self.answered:
+                raise http_errors.NoMoreData() from exc
+            self._req.force_close()
+            if isinstance(exc, http_errors.ParseException):
+                raise MalformedBody() from exc
+            raise ClientDisconnected() from exc
+
+
 class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
-    """gunicorn's gevent worker with TCP_NODELAY, I/O deadlines and JSON answers to malformed HTTP."""
+    """gunicorn's gevent worker with TCP_NODELAY, I/O deadlines, JSON answers to malformed HTTP, and connection
+    slots idle connections cannot all take (app/api/connections.py)."""
 
     io_timeout_s = 30.0  # set from the settings before the workers fork
+    connections_per_address = -1  # likewise: -1 half of --connections, 0 no cap
+    _slots: ConnectionSlots | None = None
+
+    def slots(self) -> ConnectionSlots:
+        if self._slots is None:
+            cap = self.connections_per_address
+            self._slots = ConnectionSlots(self.worker_connections, self.worker_connections // 2 if cap < 0 else cap)
+        return self._slots
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip to its base
-        AsyncWorker.handle(self, listener, client, addr)
+        address = str(addr[0]) if isinstance(addr, tuple) and addr else ""
+        try:
+            self.slots().admit(client, address)
+        except TooManyConnections as exc:
+            self._refuse(client, exc)
+            return
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client.settimeout(self.io_timeout_s)  # GeventWorker.handle would make it blocking again: skip it
+            AsyncWorker.handle(self, listener, client, addr)
+        finally:
+            self.slots().release(client, address)
+
+    def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
+        refuse_undecoded_codings(req.headers)
+        checked = None
+        if isinstance(req.body.reader, ChunkedReader):
+            checked = req.body.reader = CheckedChunks(req)
+        self.slots().busy(sock)
+        try:
+            return super().handle_request(listener_name, req, sock, addr)
+        finally:
+            if checked is not None:
+                checked.answered = True
+            self.slots().idle(sock)
+
+    def _refuse(self, client: socket.socket, exc: TooManyConnections) -> None:
+        """Answer a connection over its address's cap (503) and close it, without reading anything."""
+        try:
+            client.settimeout(1.0)
+            client.sendall(error_answer(exc, uuid.uuid4().hex))
+        except OSError:
+            pass
+        finally:
+            client.close()
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
+        request_id = uuid.uuid4().hex
         if isinstance(exc, http_errors.ParseException):
-            self.log.info("malformed request from %s: %s", (addr or ("",))[0], type(exc).__name__)
+            self.log.info("malformed request from %s: %s (x-request-id %s)", (addr or ("",))[0],
+                          type(exc).__name__, request_id)
         else:
-            self.log.exception("error handling a request")
+            self.log.exception("error handling a request (x-request-id %s)", request_id)
         try:
-            client.sendall(error_answer(exc))
+            client.sendall(error_answer(exc, request_id))
         except OSError:
             pass
 
@@ -115,8 +201,10 @@ def _close_runtime(_server: Any, worker: Any) -> None:
         runtime.close()
 
 
-def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float) -> None:
+def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float,
+                 connections_per_address: int = -1) -> None:
     RelayGeventWorker.io_timeout_s = io_timeout_s
+    RelayGeventWorker.connections_per_address = connections_per_address
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # inherited by the forked workers
     options = {
         "bind": bind,

@@ -11,7 +11,7 @@ from app.batches import provider, service
 from app.batches.errors import BatchNotEnded
 from app.batches.origin import Rerun
 from app.batches.provider_input import from_anthropic_body
-from app.batches.views import anthropic_batch, anthropic_batch_id, anthropic_result_line
+from app.batches.views import anthropic_batch, anthropic_batch_id, anthropic_cut_line, anthropic_result_line
 from app.errors import ValidationFailed
 from app.runtime import Runtime
 
@@ -62,5 +62,6 @@ def results(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     row, _counts = provider.load(runtime, caller, text_id, API)
     if row["finished_at"] is None:
         raise BatchNotEnded(message="results are available once the batch's processing has ended")
-    return (anthropic_result_line(outcome, response)
-            for outcome, response in provider.outcomes(runtime, caller, row["id"]))
+    return service.cut_visibly((anthropic_result_line(outcome, response)
+                                for outcome, response in provider.outcomes(runtime, caller, row["id"])),
+                               anthropic_cut_line)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from uuid import UUID
 
 from app.auth_model import Caller
-from app.batches import rerun_store, service
+from app.batches import rerun_store, service, store
 from app.batches.rerun_store import AttemptRow
 from app.runtime import Runtime
 
@@ -25,25 +25,32 @@ def open_merged_results(runtime: Runtime, caller: Caller | None, batch_id: str, 
         row = service.owned_batch(conn, caller, batch_id)
         original = row["original_id"] or row["id"]
         members = rerun_store.chain(conn, original, row["owner"])
-    return _stream(runtime, original, members, jsonl=jsonl)
+        original_row = row if row["id"] == original else store.get_batch(conn, original)
+    total = original_row["total"] if original_row is not None else None
+    return service.cut_marked(_stream(runtime, original, members, total, jsonl=jsonl), jsonl=jsonl)
 
 
-def _stream(runtime: Runtime, original: UUID, members: list[UUID], *, jsonl: bool) -> Iterator[bytes]:
-    """`{"results": [...]}` or JSON Lines, chunk by chunk, as service.open_results streams one batch."""
+def _stream(runtime: Runtime, original: UUID, members: list[UUID], total: int | None, *,
+            jsonl: bool) -> Iterator[bytes]:
+    """`{"results": [...]}` or JSON Lines, chunk by chunk, as service.open_results streams one batch; ResultsCut
+    when fewer than the original's TOTAL items were found (a delete cut the stream)."""
     sep = b"\n" if jsonl else b","
     yield b"" if jsonl else b'{"results":['
-    after, first = -1, True
+    after, first, sent = -1, True, 0
     while True:
         with runtime.pool.connection() as conn:
             found = [(member, rerun_store.attempt_rows(conn, member, rerun=member != original, after=after,
                                                        limit=service.RESULTS_CHUNK)) for member in members]
         if not any(rows for _, rows in found):
+            if total is not None and sent < total:
+                raise service.ResultsCut(sent, total)
             break
         full = [rows[-1][0] for _, rows in found if len(rows) == service.RESULTS_CHUNK]
         upto = min(full) if full else max(rows[-1][0] for _, rows in found if rows)  # every attempt up to it is read
-        chunk = sep.join(_entries(runtime, found, upto))
+        entries = _entries(runtime, found, upto)
+        chunk = sep.join(entries)
         yield chunk + b"\n" if jsonl else (chunk if first else b"," + chunk)
-        first, after = False, upto
+        first, after, sent = False, upto, sent + len(entries)
     if not jsonl:
         yield b"]}"
 

@@ -11,8 +11,9 @@ from uuid import UUID
 from app.auth_model import Caller
 from app.batches.openai_view import file_disk, result_lines
 from app.batches.provider_errors import FileNotFound, FileTooLarge, UnsupportedPurpose
+from app.batches.service import cut_visibly
 from app.batches.validation import text_problem
-from app.batches.views import openai_file, parse_file_id
+from app.batches.views import openai_cut_line, openai_file, parse_file_id
 from app.errors import ValidationFailed
 from app.files import store
 from app.files.disk import FileBytesMissing, StagedFile
@@ -89,7 +90,7 @@ def content(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     """The file's bytes, in chunks; access is checked before the first one."""
     row = _row(runtime, caller, text_id)
     if row["kind"] != "upload":
-        return result_lines(runtime, caller, row["batch_id"], row["kind"])
+        return cut_visibly(result_lines(runtime, caller, row["batch_id"], row["kind"]), openai_cut_line)
     try:
         handle = file_disk(runtime).open(row["id"])
     except FileBytesMissing as exc:

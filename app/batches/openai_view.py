@@ -31,7 +31,8 @@ def file_disk(runtime: Runtime) -> FileDisk:
     with _disk_lock:
         found = runtime.services.get("files")
         if found is None:
-            found = runtime.services["files"] = FileDisk(runtime.settings.batch_payload_dir)
+            settings = runtime.settings
+            found = runtime.services["files"] = FileDisk(settings.batch_payload_dir, mode=settings.payload_file_mode)
     return found  # type: ignore[no-any-return]
 
 

@@ -105,9 +105,10 @@ def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[tuple
     """Every item's (idx, custom_id, state, error, error_code, status) with its response, in idx order.
 
     The results come from Relay's own results stream (whatever the payload store's layout); access is checked
-    before the first item, so a caller who may not read the batch gets BatchNotFound right away.
+    before the first item, so a caller who may not read the batch gets BatchNotFound right away; a delete that
+    cuts them short raises service.ResultsCut (see service.cut_visibly).
     """
-    chunks = service.open_results(runtime, caller, str(batch_id), jsonl=True)
+    chunks = service.open_result_chunks(runtime, caller, str(batch_id), jsonl=True)
     return _merge(runtime, batch_id, chunks)
 
 
@@ -124,7 +125,7 @@ def _merge(runtime: Runtime, batch_id: UUID, chunks: Iterator[bytes]) -> Iterato
                 with runtime.pool.connection() as conn:
                     found = provider_store.item_outcomes(conn, batch_id, after=after, limit=OUTCOMES_PAGE)
                 if not found:
-                    return  # the batch was deleted while being read
+                    raise service.ResultsCut()  # the batch was deleted while being read
                 pending, after = {row[0]: row for row in found}, found[-1][0]
             yield pending.pop(result["idx"]), result.get("response")
 

@@ -33,3 +33,9 @@ class FileTooLarge(PayloadTooLarge):
     """An upload larger than RELAY_FILES_MAX_BYTES."""
 
     code = "file_too_large"
+
+
+class FormTooLarge(PayloadTooLarge):
+    """A multipart upload with more parts, or a larger text field or part header block, than the form allows."""
+
+    code = "form_too_large"

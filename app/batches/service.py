@@ -6,7 +6,7 @@ import base64
 import contextlib
 import json
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
@@ -256,6 +256,8 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     with runtime.pool.connection() as conn, conn.transaction():
         row = owned_batch(conn, caller, batch_id)
         if not store.delete_finished_batch(conn, row["id"]):
+            if not store.existing_batches(conn, [row["id"]]):  # a racing delete got there first
+                raise BatchNotFound(message="batch not found")
             counts = store.item_counts(conn, row["id"], row["total"])
             waiting = {"queued": counts.get("queued", 0), "running": counts.get("running", 0)}
             raise BatchNotFinished(message=f"the batch still has {waiting['queued']} queued and {waiting['running']}"
@@ -292,41 +294,85 @@ def _all_final(counts: dict[str, int]) -> bool:
     return not counts.get("queued") and not counts.get("running")
 
 
+class ResultsCut(BatchNotFound):
+    """The batch was deleted while its results were read: what was sent is not all of them (a 404 when nothing
+    was sent yet; a stream already under way ends visibly cut, see cut_visibly)."""
+
+    def __init__(self, sent: int | None = None, total: int | None = None) -> None:
+        counted = f": {sent} of {total} results were sent" if sent is not None else ""
+        super().__init__("results_incomplete", f"the batch was deleted while its results were read{counted}")
+
+
+def cut_visibly(chunks: Iterator[bytes], cut_line: Callable[[ResultsCut], bytes]) -> Iterator[bytes]:
+    """CHUNKS, ended by CUT_LINE's bytes when a delete cuts them short: a reader must get every result or see that
+    it did not, never a shorter document that parses as whole."""
+    try:
+        yield from chunks
+    except ResultsCut as cut:
+        yield cut_line(cut)
+
+
 def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:
     """Check access now (404 before streaming starts), then stream the results in idx order. A caller of None is
-    the operator (admin routes only)."""
+    the operator (admin routes only). A stream a delete cuts short ends without the JSON's closing bracket, or
+    with an error line in JSON Lines."""
+    return cut_marked(open_result_chunks(runtime, caller, batch_id, jsonl=jsonl), jsonl=jsonl)
+
+
+def cut_marked(chunks: Iterator[bytes], *, jsonl: bool) -> Iterator[bytes]:
+    """CHUNKS of Relay's own results formats, ended visibly where a delete cut them (see cut_visibly)."""
+    return cut_visibly(chunks, _jsonl_cut_line if jsonl else lambda _cut: b"")
+
+
+def open_result_chunks(runtime: Runtime, caller: Caller | None, batch_id: str, *,
+                       jsonl: bool) -> Iterator[bytes]:
+    """open_results without the cut marking: ResultsCut is raised where a delete cut the stream short."""
     with runtime.pool.connection() as conn:
         row = owned_batch(conn, caller, batch_id)
-    return _stream_results(runtime, row["id"], jsonl=jsonl)
+    return _stream_results(runtime, row["id"], row["total"], jsonl=jsonl)
 
 
-def _stream_results(runtime: Runtime, batch_id: UUID, *, jsonl: bool) -> Iterator[bytes]:
-    """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their stored response raw."""
+def _jsonl_cut_line(cut: ResultsCut) -> bytes:
+    return json.dumps(cut.to_dict(), separators=(",", ":")).encode() + b"\n"
+
+
+def _stream_results(runtime: Runtime, batch_id: UUID, total: int, *, jsonl: bool) -> Iterator[bytes]:
+    """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their stored response raw.
+    ResultsCut when the items run out before TOTAL, or a chunk's responses are gone with the batch."""
     payloads = payload_store(runtime)
     sep = b"\n" if jsonl else b","
     yield b"" if jsonl else b'{"results":['
-    after, first = -1, True
-    while True:
+    after, sent = -1, 0
+    while sent < total:
         with runtime.pool.connection() as conn:
             rows = store.result_rows(conn, batch_id, after=after, limit=RESULTS_CHUNK)
-        if not rows:
-            break
-        chunk = sep.join(_result_entries(payloads, batch_id, rows))
-        yield chunk + b"\n" if jsonl else (chunk if first else b"," + chunk)
-        first, after = False, rows[-1][0]
+        entries, unread = _result_entries(payloads, batch_id, rows)
+        if not rows or (unread and not _batch_exists(runtime, batch_id)):
+            raise ResultsCut(sent, total)
+        chunk = sep.join(entries)
+        yield chunk + b"\n" if jsonl else (chunk if not sent else b"," + chunk)
+        sent, after = sent + len(rows), rows[-1][0]
     if not jsonl:
         yield b"]}"
+
+
+def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
+    with runtime.pool.connection() as conn:
+        return bool(store.existing_batches(conn, [batch_id]))
 
 
 _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
 
 
-def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> list[bytes]:
-    """One JSON object per row: idx, state, the response of a completed item if visible here, the error."""
-    responses = iter(payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"]))
-    return [result_entry(idx, state, next(responses) if state == "completed" else None, error,
-                         b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
-            for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
+def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> tuple[list[bytes], bool]:
+    """One JSON object per row: idx, state, the response of a completed item if visible here, the error (and the
+    custom_id of a provider batch's item); and whether a completed item's response could not be read."""
+    responses = payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"])
+    found = iter(responses)
+    entries = [result_entry(idx, state, next(found) if state == "completed" else None, error,
+                            b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
+               for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
+    return entries, not all(responses)
 
 
 def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from adapters.anthropic import ADAPTER as ANTHROPIC
 from adapters.openai import openai_error_body
+from app.errors import RelayError
 from schemas.batch_ids import FILE_PREFIX, parse_batch_id, parse_file_id
 
 Row = dict[str, Any]
@@ -135,6 +136,18 @@ def anthropic_result_line(outcome: tuple[Any, ...], response: Any) -> bytes:
         result = {"type": "errored",
                   "error": ANTHROPIC.error_body(status or 500, code or "internal_error", error or "failed")}
     return _jsonl({"custom_id": custom_id, "result": result})
+
+
+def openai_cut_line(cut: RelayError) -> bytes:
+    """The last line of an output or error file a delete cut short: no request's, an error saying so."""
+    error = {"code": cut.code, "message": cut.message}
+    return _jsonl({"id": None, "custom_id": None, "response": None, "error": error})
+
+
+def anthropic_cut_line(cut: RelayError) -> bytes:
+    """The last line of message batch results a delete cut short: no request's, an error saying so."""
+    return _jsonl({"custom_id": None, "result": {"type": "errored", "error": ANTHROPIC.error_body(
+        cut.status, cut.code, cut.message)}})
 
 
 def _jsonl(value: Any) -> bytes:

@@ -65,7 +65,8 @@ def cmd_api(args: argparse.Namespace) -> int:
 
     prepare_metrics_dir()
     run_gunicorn(bind=args.bind, workers=args.workers, connections=args.connections,
-                 header_timeout_s=settings.api_header_timeout_s, io_timeout_s=settings.api_io_timeout_s)
+                 header_timeout_s=settings.api_header_timeout_s, io_timeout_s=settings.api_io_timeout_s,
+                 connections_per_address=settings.api_connections_per_address)
     return 0
 
 

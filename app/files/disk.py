@@ -1,5 +1,6 @@
 """Uploaded files' bytes: `<RELAY_BATCH_PAYLOAD_DIR>/files/<id>`, written under `files/.staging/` and renamed
-into place once complete and synced, so no reader ever sees half a file."""
+into place once complete and synced, so no reader ever sees half a file; through the payload store's write path
+(app/payload_files.WritePath), so with RELAY_BATCH_PAYLOAD_MODE's modes like every file Relay keeps."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import IO
 from uuid import UUID
 
 from app.errors import InsufficientStorage
+from app.payload_files import WritePath
 
 
 class FileStoreUnavailable(InsufficientStorage):
@@ -38,8 +40,9 @@ class StagedFile:
 class FileDisk:
     """Stages, publishes, opens and removes uploaded files; safe to use from several threads."""
 
-    def __init__(self, payload_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, payload_dir: str | os.PathLike[str], *, mode: int) -> None:
         self.root = Path(payload_dir) / "files"
+        self._write = WritePath(mode)
 
     def path(self, file_id: UUID) -> Path:
         return self.root / str(file_id)
@@ -48,9 +51,10 @@ class FileDisk:
         """A new empty file under the staging folder, open for writing and reading."""
         staging = self.root / ".staging"
         try:
-            staging.mkdir(parents=True, exist_ok=True)
+            self._write.make_dir(staging)
             path = staging / f"{uuid.uuid4()}.part"
-            return StagedFile(path, open(path, "w+b"))  # closed by publish or discard
+            handle = os.fdopen(self._write.create(path, readable=True), "w+b")  # closed by publish or discard
+            return StagedFile(path, handle)
         except OSError as exc:
             raise FileStoreUnavailable(message=f"cannot store the file: {exc.strerror or exc}") from exc
 
@@ -58,9 +62,9 @@ class FileDisk:
         """Sync the staged file and move it to its final name."""
         try:
             staged.handle.flush()
-            os.fsync(staged.handle.fileno())
+            os.fdatasync(staged.handle.fileno())
             staged.handle.close()
-            os.rename(staged.path, self.path(file_id))
+            self._write.publish(staged.path, self.path(file_id))
         except OSError as exc:
             self.discard(staged)
             raise FileStoreUnavailable(message=f"cannot store the file: {exc.strerror or exc}") from exc

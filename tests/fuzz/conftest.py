@@ -3,7 +3,6 @@ the fuzzer may apply whole catalogs, and credentials of every kind."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,16 +10,13 @@ import pytest
 
 from tests.fake_upstream.harness import start_fake_upstream
 from tests.reliability.stack import Stack, fault_catalog
-from tests.services import ServiceUrls, fresh_services
+from tests.services import ServiceUrls
 
 
 @pytest.fixture(scope="session")
 def fuzz_stack(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     upstream = start_fake_upstream()
-    name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_fuzz"
-    own = fresh_services(name)
-    built = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=upstream,
-                        workdir=tmp_path_factory.mktemp("fuzz-stack"), queue_name=f"relay.batch_items.{name}")
+    built = Stack.on_own_services("fuzz", upstream=upstream, workdir=tmp_path_factory.mktemp("fuzz-stack"))
     yield built
     built.close()
     upstream.stop()

@@ -3,7 +3,8 @@ the shared services, and a second stack on private Postgres + RabbitMQ that test
 
 from __future__ import annotations
 
-import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from tests.reliability.private_services import PrivateServices
 from tests.reliability.stack import Stack
-from tests.services import ServiceUrls, fresh_services
+from tests.services import ServiceUrls
 
 REQUEST_LOG_SIZE = 200_000  # every call of a fault test's batch stays in the fake upstream's log
 
@@ -30,18 +31,18 @@ def fault_upstream() -> Iterator[FakeUpstream]:
 def stack(services: ServiceUrls, fault_upstream: FakeUpstream,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Relay on the shared services, with a database and vhost of its own (its catalog replaces nobody's)."""
-    name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_faults"
-    own = fresh_services(name)
-    built = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=fault_upstream,
-                        workdir=tmp_path_factory.mktemp("fault-stack"), queue_name=f"relay.batch_items.{name}")
+    built = Stack.on_own_services("faults", upstream=fault_upstream, workdir=tmp_path_factory.mktemp("fault-stack"))
     yield built
     built.close()
 
 
 @pytest.fixture(scope="session")
-def private_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServices]:
-    """Postgres and RabbitMQ of this session alone, on free ports, stopped at the end."""
-    directory: Path = tmp_path_factory.mktemp("private-services")
+def private_services() -> Iterator[PrivateServices]:
+    """Postgres and RabbitMQ of this session alone, on free ports, stopped at the end.
+
+    Their folder is not under pytest's own temporary folder: every pytest session run by the same user sets that
+    one back to mode 0700, and the postgres user could then no longer reach its data (pg_ctl: Permission denied)."""
+    directory = Path(tempfile.mkdtemp(prefix="relay-private-services-"))
     found = PrivateServices.allocate(directory)
     try:
         found.up()
@@ -50,6 +51,7 @@ def private_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Priva
         pytest.fail(f"private Postgres/RabbitMQ did not start: {exc}")
     yield found
     found.down()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -86,8 +86,10 @@ class PrivateServices:
     # -- faults --------------------------------------------------------------------------------------------
     def _pg_ctl(self, *args: str) -> None:
         data = self.directory / "postgres" / "data"
-        subprocess.run(["runuser", "-u", "postgres", "--", str(_pg_bin() / "pg_ctl"), "-D", str(data), *args],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        done = subprocess.run(["runuser", "-u", "postgres", "--", str(_pg_bin() / "pg_ctl"), "-D", str(data), *args],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        if done.returncode:
+            raise RuntimeError(f"pg_ctl {' '.join(args)}: {done.stderr.decode(errors='replace').strip()}")
 
     def stop_postgres(self) -> None:
         """A fast shutdown: every client connection is cut."""

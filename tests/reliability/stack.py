@@ -3,6 +3,7 @@ upstream running as its own process, relay keys, worker processes, and the check
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import time
@@ -18,6 +19,7 @@ from app.settings import Settings
 from tests.batches.helpers import start_workers
 from tests.fake_upstream.harness import FakeUpstream
 from tests.processes import RelayProcess, start_api
+from tests.services import fresh_services
 
 # Worker settings for fault tests: liveness noticed within seconds, items stopped after 10 s.
 FAULT_WORKER_SETTINGS = {"batch_item_time_limit_s": 10, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
@@ -101,6 +103,16 @@ class Stack:
         res = stack.admin("PUT", "/admin/catalog", json=catalog or fault_catalog(upstream.url))
         assert res.status_code == 200, res.get_data(as_text=True)
         return stack
+
+    @classmethod
+    def on_own_services(cls, suffix: str, *, upstream: FakeUpstream, workdir: Path,
+                        catalog: dict[str, Any] | None = None, **settings: Any) -> Stack:
+        """A stack on a database and RabbitMQ vhost of its own (`<RELAY_TEST_DB>_<SUFFIX>`) of the shared services,
+        so its catalog replaces nobody's; SETTINGS as Stack.build takes them."""
+        name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_" + suffix
+        own = fresh_services(name)
+        return cls.build(database_url=own.database_url, broker_url=own.broker_url, upstream=upstream,
+                         workdir=workdir, queue_name=f"relay.batch_items.{name}", catalog=catalog, **settings)
 
     def close(self) -> None:
         self.stop_processes()
@@ -291,8 +303,6 @@ class Stack:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    import os
-
     env = dict(os.environ)
     for name, value in settings.__dict__.items():
         env["RELAY_" + name.upper()] = str(value)

@@ -3,7 +3,6 @@ service accounts, and a policy that logs live payloads (the riskiest place for a
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 
 from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from tests.reliability.stack import MODEL, Stack
-from tests.services import ServiceUrls, fresh_services
+from tests.services import ServiceUrls
 from tests.webhooks.helpers import new_secret
 from tests.webhooks.receiver import Receiver
 
@@ -61,11 +60,10 @@ def security_receiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rece
 @pytest.fixture(scope="session")
 def security_stack(services: ServiceUrls, security_upstream: FakeUpstream, security_receiver: Receiver,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_security"
-    own = fresh_services(name)
-    built = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=security_upstream,
-                        workdir=tmp_path_factory.mktemp("security-stack"), queue_name=f"relay.batch_items.{name}",
-                        catalog=security_catalog(security_upstream.url, security_receiver.url), **WEBHOOK_SETTINGS)
+    built = Stack.on_own_services("security", upstream=security_upstream,
+                                  workdir=tmp_path_factory.mktemp("security-stack"),
+                                  catalog=security_catalog(security_upstream.url, security_receiver.url),
+                                  **WEBHOOK_SETTINGS)
     yield built
     built.close()
 
