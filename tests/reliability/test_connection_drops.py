@@ -13,7 +13,7 @@ from tests.reliability.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
-ITEMS = 600
+ITEMS = 1200
 THREADS = 8
 
 
@@ -28,17 +28,18 @@ def kill_connections(stack: Stack) -> int:
 def test_connections_killed_mid_batch_discard_no_item_that_never_reached_the_upstream(shared: Stack) -> None:
     stack = shared
     key = stack.new_key("dbdrop")
-    stack.upstream.control(upstream_key("dbdrop"), latency_ms=50)
+    stack.upstream.control(upstream_key("dbdrop"), latency_ms=100)
     stack.start_worker(threads=THREADS, dispatch_window=100)
     stack.start_worker(threads=THREADS, dispatch_window=100)
     batch_id = stack.submit(key, "dbdrop", ITEMS)
     stack.wait_items(batch_id, ("completed",), 50)
 
-    killed = []
+    killed, mid_batch = [], 0
     for _ in range(8):
+        mid_batch += stack.count_items(batch_id, "completed", "discarded") < ITEMS
         killed.append(kill_connections(stack))
         time.sleep(0.4)
-    assert stack.count_items(batch_id, "completed", "discarded") < ITEMS  # the kills really were mid-batch
+    assert mid_batch >= 3  # the kills really were mid-batch (a fast machine may finish before the last ones)
 
     accounting = stack.account(key, batch_id, "dbdrop", ITEMS, timeout=180)
     assert killed[0] > 0 and sum(1 for n in killed if n) >= len(killed) // 2  # (a round may find them all gone)
