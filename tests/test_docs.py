@@ -1,14 +1,19 @@
 """The README is a front door and docs/ holds the rest: every relative link of the README and docs/ resolves (the
 file exists, the #anchor is one of its headings), every docs page is reachable from the README, the README's test
-command is the one CI runs, and every setting is in the configuration reference."""
+command is the one CI runs, every setting is in the configuration reference, and every catalog snippet is a valid
+catalog."""
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import fields
 from pathlib import Path
 
+import yaml
+
 from app.settings import Settings
+from schemas.catalog import CatalogSchema
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -86,3 +91,11 @@ def test_every_setting_has_a_row_in_the_configuration_reference() -> None:
     names = ["RELAY_" + f.name.upper() for f in fields(Settings)]
     missing = [name for name in names if not any(f"`{name}`" in row for row in rows)]
     assert not missing, missing
+
+
+def test_every_yaml_snippet_of_the_readme_and_docs_is_a_valid_part_of_a_catalog() -> None:
+    snippets = [(p.name, textwrap.dedent(body)) for p in [README, *PAGES]
+                for _, body in re.findall(r"^( *)```yaml\n(.*?)^\1```", p.read_text(), re.MULTILINE | re.DOTALL)]
+    assert len(snippets) >= 3
+    for name, body in snippets:
+        assert not CatalogSchema().validate(yaml.safe_load(body), partial=True), (name, body)
