@@ -40,4 +40,4 @@ def queue_mismatch(queue: str, queue_type: str, reason: str) -> QueueTypeMismatc
     return QueueTypeMismatch(message=(
         f"RabbitMQ refused to declare queue {queue} as a {queue_type} queue ({reason}). A queue's type cannot "
         f"change in place: drain it and delete {queue}, {queue}.DQ and {queue}.XQ, or set RELAY_QUEUE_NAME "
-        f"to a new name (README: RabbitMQ cluster and quorum queues)"))
+        f"to a new name (docs/cluster.md: RabbitMQ cluster and quorum queues)"))

@@ -130,7 +130,7 @@ class CircuitBreakerSchema(Schema):
 
 
 class BatchPacingSchema(Schema):
-    """How a policy's batch items share its rate limits with live calls (README, "Pacing")."""
+    """How a policy's batch items share its rate limits with live calls (docs/batches.md, "Pacing")."""
 
     pace = StrictBoolean(load_default=False, metadata={
         "description": "start batch items only within the limits' budget (they wait) instead of discarding them"})

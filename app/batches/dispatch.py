@@ -40,7 +40,7 @@ DISPATCH_LOCK = 0x5E1A7B01  # advisory lock: one publishing dispatcher at a time
 MAX_GROUP = 8  # items per message at most
 MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
 CHUNK = 2000  # items published per pass at most
-REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, README)
+REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, docs/benchmarks.md)
 LEAD_S = 0.1  # the lead behind the running messages shrinks by LEAD_S / a message's time when below 1 (window())
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 
