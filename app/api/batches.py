@@ -86,8 +86,8 @@ def _batch_body() -> bytes | bytearray:
                  " cost; nothing is stored or run",
          description="The body is a submit's. A body a submit would refuse gets the submit's own answer (400"
                      " `invalid_batch` listing every bad item, `invalid_json`, `max_cost_unpriced`; 413), so a 200"
-                     " means the submit would be accepted. See docs/batches.md (Re-run, spend cap and estimate) for how the"
-                     " bound is computed and what it cannot cover.", security=SECURITY, requestBody={
+                     " means the submit would be accepted. See docs/batches.md (Re-run, spend cap and estimate) for"
+                     " how the bound is computed and what it cannot cover.", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
 @error_answers(blp, 400, 401, 413, 415, 503)
 @blp.response(200, BatchEstimateSchema)
