@@ -1,8 +1,10 @@
-"""Batches as `relay batches` and `relay admin-batches` show them to people: a summary of a batch, tables of items,
-batches and workers, and the progress line of `submit --wait`. `--json` prints the API's answers instead."""
+"""Batches as `relay batches` and `relay admin-batches` show them to people: a summary of a batch (with a paced
+batch's rate and expected finish), tables of items, batches and workers, and the progress line of `submit --wait`.
+`--json` prints the API's answers instead."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from app.commands.output import table
@@ -35,8 +37,23 @@ def cost(usage: dict[str, Any] | None, so_far: str | None = None) -> str:
 
 
 def when(stamp: Any) -> str:
-    """An RFC 3339 time as `2026-01-31 12:00:00Z` (UTC, whole seconds)."""
+    """An RFC 3339 time (or a Unix time) as `2026-01-31 12:00:00Z` (UTC, whole seconds)."""
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        stamp = datetime.fromtimestamp(stamp, UTC).isoformat()
     return "—" if not stamp else str(stamp).replace("T", " ")[:19] + "Z"
+
+
+def pacing_text(pacing: dict[str, Any]) -> str:
+    """A paced batch's rate and expected finish: `paced at 240 items/min (0.5 of the policy's limits), 12 waiting,
+    expected finish 2026-01-31 12:00:05Z`, saying when that is past the batch's deadline."""
+    rate = pacing.get("items_per_minute")
+    speed = f"paced at {rate:g} items/min" if rate is not None else "paced (no limit bounds its rate)"
+    finish = pacing.get("expected_finish_at")
+    ends = f"expected finish {when(finish)}" if finish is not None else "no expected finish (a limit admits no item)"
+    late = " — past its deadline: items not started by then end discarded `expired`" if pacing.get(
+        "past_deadline") else ""
+    return (f"{speed} ({pacing.get('share', 1):g} of the policy's limits), {pacing.get('waiting_items', 0)} waiting,"
+            f" {ends}{late}")
 
 
 def batch_summary(batch: dict[str, Any]) -> list[str]:
@@ -48,6 +65,14 @@ def batch_summary(batch: dict[str, Any]) -> list[str]:
              + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES),
              f"  created {when(batch['created_at'])}, finished {when(batch['finished_at'])}"
              + (f", cancelled {when(batch['cancelled_at'])}" if batch.get("cancelled_at") else "")]
+    if batch.get("pacing"):
+        lines.append(f"  {pacing_text(batch['pacing'])}")
+    limits = [f"spend cap ${batch['max_cost']:g}" if batch.get("max_cost") is not None else None,
+              f"deadline {when(batch['expires_at'])} ({batch['completion_window']})" if batch.get("expires_at")
+              else None,
+              f"re-run of {batch['rerun_of']}" if batch.get("rerun_of") else None]
+    if any(limits):
+        lines.append("  " + ", ".join(text for text in limits if text))
     usage = batch.get("usage")
     if usage is None and float(batch.get("cost_usd") or 0) > 0:
         lines.append(f"  cost {cost(None, batch['cost_usd'])}")
@@ -98,14 +123,25 @@ def fleet_lines(fleet: dict[str, Any]) -> list[str]:
 
 def progress_line(batch: dict[str, Any], width: int = 30, rate: float | None = None) -> str:
     """`[#####.....]  50% 500/1000  41.7/s  ETA 0:12  completed 480  discarded 20  cancelled 0  running 16  queued
-    484`; RATE is items made final per second since the submit (no rate or ETA until there is one)."""
+    484`; RATE is items made final per second since the submit (no rate or ETA until there is one). A paced batch's
+    line ends with its paced rate and expected finish (`  paced 240/min, finish 2026-01-31 12:00:05Z`)."""
     counts, total = batch["counts"], max(1, batch["total"])
     done = final_count(batch)
     filled = int(width * done / total)
     speed = f"{rate:.1f}/s  ETA {clock((batch['total'] - done) / rate)}" if rate else "-/s  ETA -"
     parts = "  ".join(f"{s} {counts[s]}" for s in STATES)
     return (f"[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% {done}/{batch['total']}  {speed}"
-            f"  {parts}")
+            f"  {parts}{_paced(batch.get('pacing'))}")
+
+
+def _paced(pacing: dict[str, Any] | None) -> str:
+    if not pacing:
+        return ""
+    rate = pacing.get("items_per_minute")
+    finish = pacing.get("expected_finish_at")
+    return (f"  paced {'-' if rate is None else f'{rate:g}'}/min, finish "
+            f"{'-' if finish is None else when(finish)}" + (" (past its deadline)" if pacing.get("past_deadline")
+                                                            else ""))
 
 
 def final_count(batch: dict[str, Any]) -> int:

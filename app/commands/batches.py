@@ -1,9 +1,10 @@
-"""`relay batches submit|status|results|cancel|delete|list`: a client of a Relay API's /v1/batches over HTTP; and
-`relay batches purge` for operators, straight on the database and the payload directory.
+"""`relay batches submit|estimate|status|results|rerun|cancel|delete|list`: a client of a Relay API's /v1/batches
+over HTTP; and `relay batches purge` for operators, straight on the database and the payload directory.
 
-Output is for people (a summary, a table) unless `--json` asks for the API's answers. Exit codes: 0 done; 1 an
-error (the API's code, message and field messages on stderr); 3 `submit --wait` saw the batch finish with items
-that did not complete (discarded or cancelled).
+Output is for people (a summary, a table) unless `--json` asks for the API's answers. `submit` prints the estimate
+first and asks before a large spend (the rule: app/commands/batch_estimate.py). Exit codes: 0 done; 1 an error (the
+API's code, message and field messages on stderr; also a submit not confirmed); 3 `--wait` saw the batch finish
+with items that did not complete (discarded or cancelled).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import requests
 
 from app.batches.retention import purge_batches
 from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
+from app.commands.batch_estimate import confirm, dollars, estimate_lines
+from app.commands.batch_files import build_body, by_file_line, read_lines
 from app.commands.batch_views import (
     FINAL,
     batch_state,
@@ -33,7 +36,6 @@ from app.commands.batch_views import (
 )
 from app.commands.catalog import cli_runtime
 from app.commands.output import print_json
-from app.errors import RelayError
 from schemas.durations import DurationError, parse_duration
 
 _SHAPES = ("openai", "anthropic", "openai_responses")
@@ -44,22 +46,39 @@ LIST_STATES = {"active": {"status": "queued", "finished": "false"}, "done": {"st
                "cancelled": {"status": "cancelled"}}
 
 
-class UnreadableFile(RelayError):
-    """The requests file cannot be read or holds no valid JSON Lines."""
-
-    code = "unreadable_file"
-
-
 def register(sub: Any) -> None:
     batches = sub.add_parser("batches", help="submit and follow batches through a Relay API")
     cmds = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND")
     p = _with_client(cmds.add_parser("submit", help="submit a JSON Lines file of requests (one body per line)"))
     p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
     p.add_argument("--shape", required=True, choices=_SHAPES)
-    p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
+    _with_envelope(p)
     p.add_argument("--wait", action="store_true", help="show progress until every item is final (asking again"
                    " with growing pauses while the API does not answer); exits 3 when some items did not complete")
+    p.add_argument("--yes", "-y", action="store_true", help="submit without asking, whatever the estimate says")
+    p.add_argument("--confirm-above", type=dollars, metavar="DOLLARS",
+                   help="ask before submitting a batch whose cost bound is above this (default 1.00, or"
+                        " $RELAY_CONFIRM_ABOVE); without a terminal to ask, refuse unless --yes")
+    p.add_argument("--no-estimate", action="store_true",
+                   help="submit without asking for the estimate first (and so without the confirmation)")
     p.set_defaults(func=cmd_submit)
+    p = _with_client(cmds.add_parser("estimate", help="what submitting the file would cost and how long it would"
+                                                      " take; nothing is stored or run"))
+    p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
+    p.add_argument("--shape", required=True, choices=_SHAPES)
+    _with_envelope(p)
+    p.set_defaults(func=cmd_estimate)
+    p = _with_client(cmds.add_parser("rerun", help="a new batch of a finished batch's discarded items (or those"
+                                                   " with the given error codes), with their original requests"))
+    p.add_argument("id")
+    p.add_argument("--codes", type=_codes, metavar="CODE,...",
+                   help="re-run the discarded or cancelled items with these error codes (e.g."
+                        " rate_limited,all_keys_failed) instead of every discarded item")
+    p.add_argument("--max-cost", type=dollars, metavar="DOLLARS", help="the new batch's spend cap (default: the"
+                                                                      " source batch's)")
+    p.add_argument("--metadata", type=json.loads, help="the new batch's metadata (default: the source batch's)")
+    p.add_argument("--wait", action="store_true", help="show progress until every item is final, as submit --wait")
+    p.set_defaults(func=cmd_rerun)
     p = _with_client(cmds.add_parser("status", help="show a batch with its counts"))
     p.add_argument("id")
     p.add_argument("--state", help="list items in this state")
@@ -72,6 +91,8 @@ def register(sub: Any) -> None:
     p = _with_client(cmds.add_parser("results", help="write a batch's results (JSON Lines) to stdout or --output"))
     p.add_argument("id")
     p.add_argument("--output", "-o", type=Path)
+    p.add_argument("--merged", action="store_true", help="the merged results of the batch's re-run chain: one"
+                                                         " entry per original item, its latest attempt")
     p.set_defaults(func=cmd_results)
     p = _with_client(cmds.add_parser("cancel", help="cancel a batch"))
     p.add_argument("id")
@@ -100,17 +121,43 @@ def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _with_envelope(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
+    p.add_argument("--max-cost", type=dollars, metavar="DOLLARS", help="a spend cap: once the batch's recorded cost"
+                   " reaches it, items not started end discarded `budget_exceeded` (its models must be priced)")
+    p.add_argument("--completion-window", metavar="DURATION", help="a deadline such as 2h: items not started by"
+                                                                   " then end discarded `expired`")
+
+
+def _codes(text: str) -> list[str]:
+    codes = [code.strip() for code in text.split(",") if code.strip()]
+    if not codes:
+        raise argparse.ArgumentTypeError("name at least one error code, e.g. rate_limited,all_keys_failed")
+    return codes
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    lines = _read_lines(args.file)
+    lines = read_lines(args.file)
+    body = build_body([text for _, text in lines], args.shape, args.metadata, max_cost=args.max_cost,
+                      completion_window=args.completion_window)
+    numbers = [number for number, _ in lines]
+    if not args.no_estimate:
+        estimate = _estimate(args, body, numbers)
+        if estimate is not None:
+            print("\n".join(estimate_lines(estimate)), file=sys.stderr)
+        confirm(args, estimate, interactive=str(args.file) != "-" and sys.stdin.isatty())
     try:
-        batch = _call(args, "POST", "/v1/batches", data=build_body([text for _, text in lines], args.shape,
-                                                                    args.metadata),
-                      headers={"content-type": "application/json"})
+        batch = _call(args, "POST", "/v1/batches", data=body, headers={"content-type": "application/json"})
     except ApiError as exc:
-        raise by_file_line(exc, args.file, [number for number, _ in lines]) from None
+        raise by_file_line(exc, args.file, numbers) from None
     print(batch["id"])
+    return follow(args, batch, "submitted")
+
+
+def follow(args: argparse.Namespace, batch: dict[str, Any], done: str) -> int:
+    """After a submit or a re-run: the hint to follow it (or, with --wait, its progress until it is finished)."""
     if not args.wait:
-        print(f"submitted {batch['total']} items; follow with: relay batches status {batch['id']}", file=sys.stderr)
+        print(f"{done} {batch['total']} items; follow with: relay batches status {batch['id']}", file=sys.stderr)
         if args.json:
             print_json(batch)
         return 0
@@ -121,18 +168,48 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0 if batch["counts"]["completed"] == batch["total"] else EXIT_NOT_ALL_COMPLETED
 
 
-def by_file_line(exc: ApiError, path: Path, numbers: Sequence[int]) -> ApiError:
-    """A refused batch's errors told by the file's line numbers (blank lines are skipped, so item N is not line
-    N + 1), as the console tells them."""
-    if exc.code != "invalid_batch" or not isinstance(exc.details, list):
-        return exc
-    details = [{**d, "line": numbers[d["idx"]]} if isinstance(d, dict) and isinstance(d.get("idx"), int)
-               and 0 <= d["idx"] < len(numbers) else d for d in exc.details]
-    first = details[0] if details and isinstance(details[0], dict) else {}
-    message = exc.message
-    if first.get("line") is not None and message.startswith("invalid batch: "):
-        message = f"invalid batch: {path}:{first['line']}: " + message.removeprefix("invalid batch: ")
-    return ApiError(exc.code, message, details=details, status=exc.status)
+def _estimate(args: argparse.Namespace, body: bytes, numbers: Sequence[int]) -> dict[str, Any] | None:
+    """The API's estimate of the submit BODY (its refusal told by file line); None from an API without estimates."""
+    try:
+        return _call(args, "POST", "/v1/batches/estimate", data=body,  # type: ignore[no-any-return]
+                     headers={"content-type": "application/json"})
+    except ApiError as exc:
+        if exc.status in (404, 405):
+            print("relay API gives no estimate (an older version): submitting without one", file=sys.stderr)
+            return None
+        raise by_file_line(exc, args.file, numbers) from None
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    lines = read_lines(args.file)
+    body = build_body([text for _, text in lines], args.shape, args.metadata, max_cost=args.max_cost,
+                      completion_window=args.completion_window)
+    try:
+        estimate = _call(args, "POST", "/v1/batches/estimate", data=body, headers={"content-type": "application/json"})
+    except ApiError as exc:
+        raise by_file_line(exc, args.file, [number for number, _ in lines]) from None
+    if args.json:
+        print_json(estimate)
+    else:
+        print("\n".join(estimate_lines(estimate)))
+    return 0
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {}
+    if args.codes:
+        body["codes"] = args.codes
+    if args.max_cost is not None:
+        body["max_cost"] = float(args.max_cost)
+    if args.metadata is not None:
+        body["metadata"] = args.metadata
+    batch = _call(args, "POST", f"/v1/batches/{args.id}/rerun", params={"format": "relay"}, json=body)
+    if args.wait or args.json:
+        print(batch["id"])
+        return follow(args, batch, "re-running")
+    print("\n".join(batch_summary(batch)))
+    print(f"re-running {batch['total']} items; follow with: relay batches status {batch['id']}", file=sys.stderr)
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -163,7 +240,8 @@ def print_batch(args: argparse.Namespace, batch: dict[str, Any], *, more: str) -
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    response = _request(args, "GET", f"/v1/batches/{args.id}/results", params={"format": "jsonl"}, stream=True)
+    params = {"format": "jsonl", **({"merged": "true"} if args.merged else {})}
+    response = _request(args, "GET", f"/v1/batches/{args.id}/results", params=params, stream=True)
     report_results(write_stream(response, args.output), args.output)
     return 0
 
@@ -262,35 +340,6 @@ def print_list(args: argparse.Namespace, page: dict[str, Any], *, more: str, adm
         print("\n".join(batches_table(page["data"], admin=admin)))
     if page["next_cursor"]:
         print(f"older batches: {more} --{'cursor' if admin else 'after'} {page['next_cursor']}")
-
-
-def build_body(lines: list[bytes], shape: str, metadata: Any) -> bytes:
-    """The submit body, splicing each line's JSON as it is (no re-serialising of large files)."""
-    head: dict[str, Any] = {"shape": shape}
-    if metadata is not None:
-        head["metadata"] = metadata
-    prefix = json.dumps(head)[:-1].encode() + b', "requests": ['
-    return prefix + b",".join(lines) + b"]}"
-
-
-def _read_lines(path: Path) -> list[tuple[int, bytes]]:
-    """Non-blank lines of a JSON Lines file with their line numbers, each checked to be JSON."""
-    try:
-        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
-    except OSError as exc:
-        raise UnreadableFile(message=f"cannot read {path}: {exc.strerror or exc}") from None
-    lines = []
-    for number, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            json.loads(line)
-        except ValueError as exc:
-            raise UnreadableFile("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
-        lines.append((number, line.strip()))
-    if not lines:
-        raise UnreadableFile("invalid_jsonl", f"{path}: no requests")
-    return lines
 
 
 def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:

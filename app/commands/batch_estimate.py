@@ -1,0 +1,146 @@
+"""The estimate `relay batches submit` prints before it submits (and `relay batches estimate` prints alone), and the
+confirmation rule before a large spend.
+
+The rule: a submit whose cost bound (the estimate's `cost_usd_max`) is above `--confirm-above` dollars (default
+DEFAULT_CONFIRM_ABOVE, or $RELAY_CONFIRM_ABOVE) needs a yes. On a terminal (standard input a TTY, and the file not
+`-`) the command asks and submits only on `y`/`yes`; anywhere else (a script, a pipe) it never waits for an answer:
+it refuses with `confirmation_required` (exit 1, nothing stored). `--yes` submits without asking. A batch whose cost
+has no bound (unpriced models, items without an output limit) is not asked about: the estimate says so, and
+`--max-cost` is the way to bound it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from decimal import Decimal, InvalidOperation
+from typing import IO, Any
+
+from app.commands.batch_views import clock
+from app.commands.output import table
+from app.errors import RelayError
+
+DEFAULT_CONFIRM_ABOVE = Decimal("1.00")
+
+
+class ConfirmationRequired(RelayError):
+    """The cost bound is above the threshold and no one can be asked (no terminal) and `--yes` was not given."""
+
+    code = "confirmation_required"
+
+
+class NotConfirmed(RelayError):
+    """The person at the terminal said no."""
+
+    code = "not_confirmed"
+
+
+def dollars(text: str) -> Decimal:
+    """`--confirm-above` and `--max-cost`: a non-negative amount of dollars."""
+    try:
+        value = Decimal(text.strip().removeprefix("$"))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not an amount of dollars: {text!r} (e.g. 5 or 0.25)") from None
+    if not value.is_finite() or value < 0:
+        raise argparse.ArgumentTypeError(f"not an amount of dollars: {text!r} (e.g. 5 or 0.25)")
+    return value
+
+
+def confirm_above(args: argparse.Namespace) -> Decimal:
+    """`--confirm-above`, else $RELAY_CONFIRM_ABOVE, else DEFAULT_CONFIRM_ABOVE."""
+    if args.confirm_above is not None:
+        return args.confirm_above  # type: ignore[no-any-return]
+    raw = os.environ.get("RELAY_CONFIRM_ABOVE")
+    try:
+        return dollars(raw) if raw else DEFAULT_CONFIRM_ABOVE
+    except argparse.ArgumentTypeError as exc:
+        raise RelayError("invalid_confirm_above", f"RELAY_CONFIRM_ABOVE: {exc}") from None
+
+
+def usd(value: Any) -> str:
+    """An exact decimal of dollars for people: `$0.000123`, `$12.50`."""
+    amount = Decimal(str(value))
+    return f"${amount:.2f}" if amount >= 1 else f"${amount.normalize():f}"
+
+
+def estimate_lines(estimate: dict[str, Any]) -> list[str]:
+    """The estimate for people: items per model (where they run, or why they would not), the cost bound against
+    the cap, and the timing under the policy's limits, paced and not."""
+    rows = [[m["model"], m["items"], _where(m), usd(m["cost_usd_max"]) if m.get("cost_usd_max") is not None
+             else ("unpriced" if m["runs"] and not m["priced"] else "no bound" if m["runs"] else "—")]
+            for m in estimate["models"]]
+    lines = [f"estimate: {estimate['total']} items, shape {estimate['shape']} (nothing is stored or run yet)",
+             *("  " + line for line in table(["MODEL", "ITEMS", "RUNS ON", "COST AT MOST"], rows)),
+             "  " + _cost(estimate)]
+    return [*lines, *("  " + line for line in timing_lines(estimate.get("timing")))]
+
+
+def _where(model: dict[str, Any]) -> str:
+    if not model["runs"]:
+        problem = model.get("problem") or {}
+        return f"not run: {problem.get('code', 'discarded')}"
+    binding = model.get("binding") or {}
+    return f"{binding.get('host')}/{binding.get('upstream_model')}" if binding else "—"
+
+
+def _cost(estimate: dict[str, Any]) -> str:
+    tokens = f"input ≤ {estimate['input_tokens_max']} tokens, output ≤ {estimate['output_tokens_max']} tokens"
+    if estimate.get("cost_usd_max") is None:
+        unbounded = sum(m.get("items_without_output_limit", 0) for m in estimate["models"] if m["runs"])
+        unpriced = [m["model"] for m in estimate["models"] if m["runs"] and not m["priced"]]
+        why = ([f"unpriced: {', '.join(unpriced)}"] if unpriced else []) + (
+            [f"{unbounded} items have no output limit (max_tokens, or the model's max_output_tokens)"]
+            if unbounded else [])
+        text = f"cost: no upper bound ({'; '.join(why) or 'unknown'}); --max-cost caps it"
+    else:
+        text = f"cost at most {usd(estimate['cost_usd_max'])} ({tokens})"
+    cap = estimate.get("max_cost")
+    if cap is not None:
+        within = estimate.get("within_max_cost")
+        text += f"; spend cap ${cap:g}" + ("" if within is None else ": the bound stays within it" if within
+                                            else ": the cap may stop the batch (items end `budget_exceeded`)")
+    return text
+
+
+def timing_lines(timing: dict[str, Any] | None) -> list[str]:
+    """How long the items take under the policy's limits today: paced (how long until the last one starts) and not
+    (how many the current windows would discard `rate_limited`); the policy's own way first."""
+    if timing is None:
+        return []
+    if not timing["limited"]:
+        return ["timing: your policy has no rate limits: every item starts as fast as the workers take it"]
+    seconds, rate = timing.get("paced_seconds"), timing.get("items_per_minute")
+    paced = (f"paced ({timing['share']:g} of the limits{f', {rate:g} items/min' if rate is not None else ''}): "
+             + ("a limit admits no batch item, so it would never finish" if seconds is None
+                else f"the last item starts in about {clock(seconds)}"))
+    refused = timing["unpaced_rate_limited_items"]
+    unpaced = ("not paced: every item starts at once; "
+               + (f"{refused} of {timing['items']} would be discarded `rate_limited` by the current windows"
+                  if refused else "the current windows refuse none"))
+    if timing["policy_paced"]:
+        return [f"timing (your policy paces batches): {paced}", f"  (were it {unpaced})"]
+    return [f"timing (your policy does not pace batches): {unpaced}", f"  (were it {paced})"]
+
+
+def needs_confirmation(estimate: dict[str, Any] | None, above: Decimal) -> bool:
+    bound = (estimate or {}).get("cost_usd_max")
+    return bound is not None and Decimal(str(bound)) > above
+
+
+def confirm(args: argparse.Namespace, estimate: dict[str, Any] | None, *, interactive: bool,
+            out: IO[str] = sys.stderr) -> None:
+    """Go on, or raise: the rule of the module's docstring."""
+    above = confirm_above(args)
+    if args.yes or not needs_confirmation(estimate, above):
+        return
+    bound = usd((estimate or {})["cost_usd_max"])
+    if not interactive:
+        raise ConfirmationRequired(message=f"the batch may cost up to {bound}, above --confirm-above {usd(above)}, and"
+                                           " there is no terminal to ask: pass --yes to submit it; nothing was"
+                                           " submitted")
+    out.write(f"Submit {estimate['total'] if estimate else ''} items for up to {bound}? [y/N] ")
+    out.flush()
+    answer = sys.stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        raise NotConfirmed(message="nothing was submitted")
