@@ -35,7 +35,8 @@ def test_submit_prints_the_estimate_first_and_without_a_terminal_refuses_a_large
     err = refused.stderr.splitlines()
     assert err[0] == "estimate: 4 items, shape openai (nothing is stored or run yet)"
     assert err[1].split() == ["MODEL", "ITEMS", "RUNS", "ON", "COST", "AT", "MOST"]
-    assert err[2].split()[:3] == ["gpt-4o-mini", "3", "openai/gpt-4o-mini-2024"] and err[2].split()[3].startswith("$0.00")
+    model = err[2].split()
+    assert model[:3] == ["gpt-4o-mini", "3", "openai/gpt-4o-mini-2024"] and model[3].startswith("$0.00")
     assert err[3].split()[:4] == ["no-such-model", "1", "not", "run:"]
     assert any(line.startswith("  cost at most $0.00") and "output ≤ 3000 tokens" in line for line in err)
     assert "  timing: your policy has no rate limits: every item starts as fast as the workers take it" in err
