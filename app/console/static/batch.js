@@ -1,9 +1,11 @@
-// One batch: state, counts, timings, cost, attribution (names, ids on hover), metadata, its items (by state, or
-// searched by custom_id, each readable whole), downloads, cancel and delete. Refreshed every 2 s until every item
-// is final. The same page serves a caller (/v1/batches) and the operator (/admin/batches).
+// One batch: state, counts, a paced batch's rate and expected finish, timings, cost and spend cap, attribution
+// (names, ids on hover), metadata, its items (by state, or searched by custom_id, each readable whole), downloads,
+// re-run of what failed, cancel and delete. Refreshed every 2 s until every item is final. The same page serves a
+// caller (/v1/batches) and the operator (/admin/batches).
 import { call } from "./api.js";
 import { API_NAMES, REFRESH_MS, basePath, batchName, view } from "./batches.js";
 import { itemSection } from "./items.js";
+import { rerunButton } from "./rerun.js";
 import {
   ITEM_STATES, announce, batchState, confirmDialog, duration, errorBox, every, h, keepFocus, localTime, progress, replace,
   saveResponse, stateBadge, unlessTransient, usd,
@@ -64,7 +66,9 @@ function renderBatch(top, rest, batch, context) {
   const reopen = openItem ? openItem.dataset.idx : null;
   replace(top, h("p", { class: "lead" }, "State: ", stateBadge(batchState(batch)), " · ",
     `${batch.total} items, shape ${batch.shape}, created through the ${API_NAMES[batch.api] || batch.api} API`),
-  h("p", { class: "muted small" }, "Id ", h("code", {}, batch.id)), progress(batch));
+  h("p", { class: "muted small" }, "Id ", h("code", {}, batch.id), batch.rerun_of ? [" · a re-run of ",
+    h("a", { href: `#/batches/${batch.rerun_of}`, id: "rerun-of" }, h("code", {}, batch.rerun_of))] : null),
+  progress(batch), pacingNote(batch));
   replace(rest,
     h("div", { class: "columns" },
       h("section", { "aria-labelledby": "counts-h" }, h("h2", { id: "counts-h" }, "Counts"), counts(batch)),
@@ -88,6 +92,20 @@ function counts(batch) {
   return dl([["Total", String(batch.total)], ...ITEM_STATES.map((s) => [s, String(batch.counts[s] || 0)])]);
 }
 
+// A paced batch (its policy's `batch: {pace: true}`): how fast its limits let it run and when it should be done.
+function pacingNote(batch) {
+  const p = batch.pacing;
+  if (!p) return null;
+  const rate = p.items_per_minute === null ? "the rate no limit bounds" : `${p.items_per_minute} items/min`;
+  const finish = p.expected_finish_at === null ? "never (a limit admits no batch item)"
+    : localTime(new Date(p.expected_finish_at * 1000).toISOString());
+  return h("p", { class: "pacing", id: "pacing" }, "Paced at ", h("strong", {}, rate),
+    ` (${p.share} of the policy's limits, the rest is kept for live calls): ${p.waiting_items} items waiting, `
+    + "expected to have started by ", finish, p.past_deadline
+      ? h("strong", { class: "warning" }, " — after its deadline: items not started by then end discarded expired")
+      : ".");
+}
+
 function timings(batch) {
   const end = batch.finished_at || new Date().toISOString();
   return dl([
@@ -95,10 +113,18 @@ function timings(batch) {
     ["Finished", batch.finished ? localTime(batch.finished_at) : "not yet"],
     ["Cancelled", batch.cancelled_at ? localTime(batch.cancelled_at) : "no"],
     [batch.finished ? "Took" : "Running for", duration(batch.created_at, end)],
+    ...(batch.expires_at ? [["Deadline", [localTime(batch.expires_at), ` (${batch.completion_window})`]]] : []),
   ]);
 }
 
 function cost(batch) {
+  const cap = batch.max_cost === null || batch.max_cost === undefined ? null
+    : h("p", { id: "batch-cap" }, `Spend cap ${usd(batch.max_cost)}: once reached, items not started end discarded`
+      + " budget_exceeded.");
+  return [spent(batch), cap];
+}
+
+function spent(batch) {
   const u = batch.usage;
   if (!u) {
     return h("p", { class: "muted", id: "batch-cost" }, Number(batch.cost_usd) > 0
@@ -164,7 +190,8 @@ function buildActions(actions, status, batch, role, restart) {
       }
     },
   }, "Cancel batch…");
-  replace(actions, download("json"), download("jsonl"), cancel, role === "admin" ? null : deleteButton(batch, status));
+  replace(actions, download("json"), download("jsonl"), role === "admin" ? null : rerunButton(batch, status), cancel,
+    role === "admin" ? null : deleteButton(batch, status));
 }
 
 // Delete (the submitter only): once nothing runs; its items and stored payloads go, its usage stays.
@@ -195,6 +222,13 @@ function updateActions(actions, batch) {
   const over = batch.finished || batch.status === "cancelled";
   cancel.disabled = over;
   cancel.title = over ? "Nothing left to cancel" : "";
+  const rerun = actions.querySelector("#rerun-batch");
+  if (rerun) {
+    const failed = (batch.counts.discarded || 0) + (batch.counts.cancelled || 0);
+    rerun.disabled = !batch.finished || !failed;
+    rerun.title = !batch.finished ? "A batch is re-run once every item is final"
+      : failed ? "" : "Every item completed: nothing to re-run";
+  }
   const remove = actions.querySelector("#delete-batch");
   if (remove) {
     remove.disabled = !batch.finished;

@@ -2,14 +2,18 @@
 // line, spliced into `POST /v1/batches` as they are) and OpenAI's batch input file (`custom_id`, `method`, `url`,
 // `body` a line), which goes through the OpenAI-compatible Files and Batches API, so its results keep the
 // custom_ids. The lines are checked to be JSON here (by line number); the API validates the whole batch and lists
-// every bad item.
+// every bad item. Before the button is pressed, the page shows the API's estimate of the batch (items per model,
+// an upper bound of cost, how long it takes under the policy's limits, paced or not): see estimate.js.
 import { ApiError, call } from "./api.js";
+import { showEstimate } from "./estimate.js";
 import { errorBox, h, replace } from "./ui.js";
 
 const SHAPES = [["openai", "OpenAI Chat Completions"], ["anthropic", "Anthropic Messages"],
   ["openai_responses", "OpenAI Responses"]];
 const OPENAI_LINE = ["custom_id", "method", "url", "body"];
 const OPENAI_ENDPOINTS = ["/v1/chat/completions", "/v1/responses"];
+const SHAPE_OF_ENDPOINT = { "/v1/chat/completions": "openai", "/v1/responses": "openai_responses" };
+const ESTIMATE_DELAY_MS = 300;
 
 export function submitView(main, route, session) {
   if (session.role === "admin") {
@@ -18,6 +22,8 @@ export function submitView(main, route, session) {
     return () => {};
   }
   const result = h("div", { id: "submit-result", "aria-live": "polite" });
+  const estimate = h("section", { id: "submit-estimate", class: "estimate", "aria-live": "polite",
+    "aria-labelledby": "estimate-h", hidden: true });
   const form = h("form", { class: "form", id: "submit-form", novalidate: true },
     h("div", { class: "field" }, h("label", { for: "file" }, "Requests file (JSON Lines)"),
       h("input", { type: "file", id: "file", name: "file", required: true,
@@ -27,11 +33,25 @@ export function submitView(main, route, session) {
     h("div", { class: "field" }, h("label", { for: "metadata" }, "Metadata (optional JSON object; a \"name\" names the "
       + "batch in the lists)"),
     h("textarea", { id: "metadata", name: "metadata", rows: "2", placeholder: '{"name": "nightly evals"}' })),
+    h("div", { class: "field" }, h("label", { for: "max-cost" }, "Spend cap in dollars (optional; Relay's format: "
+      + "once the batch's recorded cost reaches it, items not started yet end discarded budget_exceeded)"),
+    h("input", { type: "number", id: "max-cost", name: "max_cost", min: "0", step: "any", inputmode: "decimal",
+      placeholder: "no cap" })),
+    estimate,
     h("button", { type: "submit", class: "button primary" }, "Submit batch"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     send(form, result);
   });
+  let timer = null;
+  const later = () => {
+    window.clearTimeout(timer);
+    timer = window.setTimeout(() => estimateForm(form, estimate), ESTIMATE_DELAY_MS);
+  };
+  for (const name of ["file", "shape", "metadata", "max_cost"]) {
+    form.elements[name].addEventListener("change", later);
+    form.elements[name].addEventListener("input", later);
+  }
   replace(main, h("h1", { tabindex: "-1" }, "Submit a batch"),
     h("p", { id: "submit-expects" }, "The file is either Relay's format, one request body of the chosen shape a line "
       + "(without ", h("code", {}, "stream"), "), or an OpenAI batch input file, one ", h("code", {},
@@ -42,38 +62,102 @@ export function submitView(main, route, session) {
   return () => {};
 }
 
-async function send(form, result) {
+// What the form asks for, read and checked: { file, lines, metadata, rawMetadata, maxCost, openai }, or
+// { problem: errorBox } when it cannot be sent as it is.
+async function readForm(form) {
   const file = form.elements.file.files[0];
-  if (!file) {
-    replace(result, errorBox({ code: "no_file", message: "choose a JSON Lines file first" }));
-    return;
-  }
-  replace(result, h("p", { role: "status" }, `Reading ${file.name}…`));
+  if (!file) return { problem: errorBox({ code: "no_file", message: "choose a JSON Lines file first" }) };
   const { lines, problems } = readLines(await file.text());
   if (problems.length || !lines.length) {
     const list = problems.length ? problems : [{ line: "-", message: "the file holds no request" }];
-    replace(result, errorBox({ code: "invalid_jsonl", message: `${file.name} is not JSON Lines` }, problemList(
-      list.map((p) => `line ${p.line}: ${p.message}`))));
-    return;
+    return { problem: errorBox({ code: "invalid_jsonl", message: `${file.name} is not JSON Lines` }, problemList(
+      list.map((p) => `line ${p.line}: ${p.message}`))) };
   }
-  const raw = form.elements.metadata.value.trim();
+  const rawMetadata = form.elements.metadata.value.trim();
   let metadata;
-  if (raw) {
+  if (rawMetadata) {
     try {
-      metadata = JSON.parse(raw);
+      metadata = JSON.parse(rawMetadata);
     } catch (err) {
-      replace(result, errorBox({ code: "invalid_metadata", message: `metadata is not JSON: ${err.message}` }));
-      return;
+      return { problem: errorBox({ code: "invalid_metadata", message: `metadata is not JSON: ${err.message}` }) };
     }
   }
-  if (isOpenAIFile(lines)) await sendOpenAI(file, lines, metadata, result);
-  else await sendRelay(lines, form.elements.shape.value, raw, result);
+  const cap = form.elements.max_cost.value.trim();
+  const maxCost = cap === "" ? null : Number(cap);
+  if (maxCost !== null && !(Number.isFinite(maxCost) && maxCost > 0)) {
+    return { problem: errorBox({ code: "invalid_max_cost", message: "the spend cap is an amount of dollars above 0" }) };
+  }
+  const openai = isOpenAIFile(lines);
+  if (openai && maxCost !== null) {
+    return { problem: errorBox({ code: "max_cost_not_supported", message: "a spend cap is for Relay's format: an "
+      + "OpenAI batch input file goes through the OpenAI-compatible API, which has none (empty the spend cap, or "
+      + "submit the bodies in Relay's format)" }) };
+  }
+  return { file, lines, metadata, rawMetadata, maxCost, openai };
 }
 
-// Relay's own submit: the lines spliced into the body as they are.
-async function sendRelay(lines, shape, rawMetadata, result) {
-  const body = `{"shape": ${JSON.stringify(shape)}, ${rawMetadata ? `"metadata": ${rawMetadata}, ` : ""}"requests": [`
+// The estimate of what the form would submit (`POST /v1/batches/estimate`), shown above the submit button; a newer
+// change of the form makes an older answer moot.
+let asked = 0;
+async function estimateForm(form, region) {
+  const mine = ++asked;
+  region.hidden = false;
+  replace(region, h("h2", { id: "estimate-h" }, "Estimate"), h("p", { role: "status" }, "Estimating…"));
+  const read = await readForm(form);
+  if (mine !== asked) return;
+  if (read.problem) {
+    replace(region, h("h2", { id: "estimate-h" }, "Estimate"), read.problem);
+    return;
+  }
+  const body = read.openai ? openaiAsRelay(read.lines) : relayBody(read.lines, form.elements.shape.value,
+    read.rawMetadata, read.maxCost);
+  if (!body) {
+    replace(region, h("h2", { id: "estimate-h" }, "Estimate"), h("p", {}, "No estimate: the file's lines name more "
+      + "than one endpoint (see the error when you submit)."));
+    return;
+  }
+  let estimate;
+  try {
+    estimate = await call("/v1/batches/estimate", { method: "POST", body });
+  } catch (err) {
+    if (mine === asked) {
+      replace(region, h("h2", { id: "estimate-h" }, "Estimate"),
+        errorBox(err, itemProblems(err, read.lines)));
+    }
+    return;
+  }
+  if (mine === asked) showEstimate(region, estimate);
+}
+
+async function send(form, result) {
+  replace(result, h("p", { role: "status" }, "Reading the file…"));
+  const read = await readForm(form);
+  if (read.problem) {
+    replace(result, read.problem);
+    return;
+  }
+  if (read.openai) await sendOpenAI(read.file, read.lines, read.metadata, result);
+  else await sendRelay(read.lines, relayBody(read.lines, form.elements.shape.value, read.rawMetadata, read.maxCost),
+    result);
+}
+
+// Relay's submit body: the lines spliced into it as they are.
+function relayBody(lines, shape, rawMetadata, maxCost) {
+  return `{"shape": ${JSON.stringify(shape)}, ${rawMetadata ? `"metadata": ${rawMetadata}, ` : ""}`
+    + `${maxCost !== null ? `"max_cost": ${JSON.stringify(maxCost)}, ` : ""}"requests": [`
     + `${lines.map((l) => l.text).join(",")}]}`;
+}
+
+// An OpenAI batch input file as the Relay submit it amounts to (for its estimate), or null when its lines name
+// no single endpoint.
+function openaiAsRelay(lines) {
+  const endpoints = [...new Set(lines.map(({ value }) => value.url))];
+  const shape = endpoints.length === 1 ? SHAPE_OF_ENDPOINT[endpoints[0]] : null;
+  if (!shape) return null;
+  return JSON.stringify({ shape, requests: lines.map(({ value }) => value.body) });
+}
+
+async function sendRelay(lines, body, result) {
   replace(result, h("p", { role: "status" }, `Submitting ${lines.length} requests…`));
   try {
     const batch = await call("/v1/batches", { method: "POST", body });
