@@ -30,6 +30,12 @@ class ConfirmationRequired(RelayError):
     code = "confirmation_required"
 
 
+class InvalidConfirmAbove(RelayError):
+    """$RELAY_CONFIRM_ABOVE is not an amount of dollars."""
+
+    code = "invalid_confirm_above"
+
+
 class NotConfirmed(RelayError):
     """The person at the terminal said no."""
 
@@ -55,7 +61,7 @@ def confirm_above(args: argparse.Namespace) -> Decimal:
     try:
         return dollars(raw) if raw else DEFAULT_CONFIRM_ABOVE
     except argparse.ArgumentTypeError as exc:
-        raise RelayError("invalid_confirm_above", f"RELAY_CONFIRM_ABOVE: {exc}") from None
+        raise InvalidConfirmAbove(message=f"RELAY_CONFIRM_ABOVE: {exc}") from None
 
 
 def usd(value: Any) -> str:

@@ -15,16 +15,16 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
 import requests
 
-from app.batches.retention import purge_batches
+from adapters.base import SHAPES
 from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
 from app.commands.batch_estimate import confirm, dollars, estimate_lines
-from app.commands.batch_files import build_body, by_file_line, read_lines
+from app.commands.batch_purge import cmd_purge, cutoff
 from app.commands.batch_views import (
     FINAL,
     batch_state,
@@ -34,11 +34,9 @@ from app.commands.batch_views import (
     items_table,
     progress_line,
 )
-from app.commands.catalog import cli_runtime
 from app.commands.output import print_json
-from schemas.durations import DurationError, parse_duration
+from app.errors import RelayError
 
-_SHAPES = ("openai", "anthropic", "openai_responses")
 EXIT_NOT_ALL_COMPLETED = 3
 WAIT_GIVES_UP_AFTER_S = 900.0  # `submit --wait` keeps asking an API that does not answer for this long
 # The console's and the API's words for a list's state filter, as the API's status and finished arguments.
@@ -46,15 +44,22 @@ LIST_STATES = {"active": {"status": "queued", "finished": "false"}, "done": {"st
                "cancelled": {"status": "cancelled"}}
 
 
+class UnreadableFile(RelayError):
+    """The requests file cannot be read or holds no valid JSON Lines."""
+
+    code = "unreadable_file"
+
+
 def register(sub: Any) -> None:
     batches = sub.add_parser("batches", help="submit and follow batches through a Relay API")
     cmds = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND")
     p = _with_client(cmds.add_parser("submit", help="submit a JSON Lines file of requests (one body per line)"))
     p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
-    p.add_argument("--shape", required=True, choices=_SHAPES)
-    _with_envelope(p)
+    p.add_argument("--shape", required=True, choices=SHAPES)
+    p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
     p.add_argument("--wait", action="store_true", help="show progress until every item is final (asking again"
                    " with growing pauses while the API does not answer); exits 3 when some items did not complete")
+    _with_limits(p)
     p.add_argument("--yes", "-y", action="store_true", help="submit without asking, whatever the estimate says")
     p.add_argument("--confirm-above", type=dollars, metavar="DOLLARS",
                    help="ask before submitting a batch whose cost bound is above this (default 1.00, or"
@@ -65,8 +70,9 @@ def register(sub: Any) -> None:
     p = _with_client(cmds.add_parser("estimate", help="what submitting the file would cost and how long it would"
                                                       " take; nothing is stored or run"))
     p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
-    p.add_argument("--shape", required=True, choices=_SHAPES)
-    _with_envelope(p)
+    p.add_argument("--shape", required=True, choices=SHAPES)
+    p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
+    _with_limits(p)
     p.set_defaults(func=cmd_estimate)
     p = _with_client(cmds.add_parser("rerun", help="a new batch of a finished batch's discarded items (or those"
                                                    " with the given error codes), with their original requests"))
@@ -108,7 +114,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_list)
     p = cmds.add_parser("purge", help="(operators, on the database) delete every batch finished before a date,"
                                       " with its payload files; usage events stay")
-    p.add_argument("--finished-before", required=True, type=_cutoff, metavar="DATE",
+    p.add_argument("--finished-before", required=True, type=cutoff, metavar="DATE",
                    help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 30d")
     p.add_argument("--dry-run", action="store_true", help="count what would be purged; delete nothing")
     p.set_defaults(func=cmd_purge)
@@ -121,8 +127,7 @@ def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def _with_envelope(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
+def _with_limits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cost", type=dollars, metavar="DOLLARS", help="a spend cap: once the batch's recorded cost"
                    " reaches it, items not started end discarded `budget_exceeded` (its models must be priced)")
     p.add_argument("--completion-window", metavar="DURATION", help="a deadline such as 2h: items not started by"
@@ -137,7 +142,7 @@ def _codes(text: str) -> list[str]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    lines = read_lines(args.file)
+    lines = _read_lines(args.file)
     body = build_body([text for _, text in lines], args.shape, args.metadata, max_cost=args.max_cost,
                       completion_window=args.completion_window)
     numbers = [number for number, _ in lines]
@@ -181,7 +186,7 @@ def _estimate(args: argparse.Namespace, body: bytes, numbers: Sequence[int]) -> 
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    lines = read_lines(args.file)
+    lines = _read_lines(args.file)
     body = build_body([text for _, text in lines], args.shape, args.metadata, max_cost=args.max_cost,
                       completion_window=args.completion_window)
     try:
@@ -210,6 +215,20 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     print("\n".join(batch_summary(batch)))
     print(f"re-running {batch['total']} items; follow with: relay batches status {batch['id']}", file=sys.stderr)
     return 0
+
+
+def by_file_line(exc: ApiError, path: Path, numbers: Sequence[int]) -> ApiError:
+    """A refused batch's errors told by the file's line numbers (blank lines are skipped, so item N is not line
+    N + 1), as the console tells them."""
+    if exc.code != "invalid_batch" or not isinstance(exc.details, list):
+        return exc
+    details = [{**d, "line": numbers[d["idx"]]} if isinstance(d, dict) and isinstance(d.get("idx"), int)
+               and 0 <= d["idx"] < len(numbers) else d for d in exc.details]
+    first = details[0] if details and isinstance(details[0], dict) else {}
+    message = exc.message
+    if first.get("line") is not None and message.startswith("invalid batch: "):
+        message = f"invalid batch: {path}:{first['line']}: " + message.removeprefix("invalid batch: ")
+    return ApiError(exc.code, message, details=details, status=exc.status)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -293,34 +312,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_purge(args: argparse.Namespace) -> int:
-    with cli_runtime() as runtime:
-        report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run)
-    verb = "would purge" if args.dry_run else "purged"
-    print(f"{verb} {report.batches} batches ({report.items} items) finished before"
-          f" {args.finished_before.isoformat()}; {'would remove' if args.dry_run else 'removed'}"
-          f" {report.stray_folders} stray payload folders")
-    if report.left_behind:
-        print(f"relay: {report.left_behind} payload folders could not be removed; the next purge tries again",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-def _cutoff(text: str) -> datetime:
-    """`2026-01-31`, `2026-01-31T12:00:00+02:00` (no zone: UTC), or an age such as `30d` (that long ago)."""
-    try:
-        return datetime.now(UTC) - timedelta(seconds=parse_duration(text))
-    except DurationError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date, a time or an age: {text!r} (e.g. 2026-01-31 or 30d)") \
-            from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     params = {"format": "relay", "limit": args.limit, **({"cursor": args.after} if args.after else {}),
               **LIST_STATES.get(args.state or "", {}), **({"search": args.search} if args.search else {})}
@@ -340,6 +331,40 @@ def print_list(args: argparse.Namespace, page: dict[str, Any], *, more: str, adm
         print("\n".join(batches_table(page["data"], admin=admin)))
     if page["next_cursor"]:
         print(f"older batches: {more} --{'cursor' if admin else 'after'} {page['next_cursor']}")
+
+
+def build_body(lines: list[bytes], shape: str, metadata: Any, *, max_cost: Decimal | None = None,
+               completion_window: str | None = None) -> bytes:
+    """The submit body, splicing each line's JSON as it is (no re-serialising of large files)."""
+    head: dict[str, Any] = {"shape": shape}
+    if metadata is not None:
+        head["metadata"] = metadata
+    if max_cost is not None:
+        head["max_cost"] = float(max_cost)
+    if completion_window is not None:
+        head["completion_window"] = completion_window
+    prefix = json.dumps(head)[:-1].encode() + b', "requests": ['
+    return prefix + b",".join(lines) + b"]}"
+
+
+def _read_lines(path: Path) -> list[tuple[int, bytes]]:
+    """Non-blank lines of a JSON Lines file with their line numbers, each checked to be JSON."""
+    try:
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    except OSError as exc:
+        raise UnreadableFile(message=f"cannot read {path}: {exc.strerror or exc}") from None
+    lines = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except ValueError as exc:
+            raise UnreadableFile("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
+        lines.append((number, line.strip()))
+    if not lines:
+        raise UnreadableFile("invalid_jsonl", f"{path}: no requests")
+    return lines
 
 
 def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:

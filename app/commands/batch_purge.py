@@ -1,0 +1,40 @@
+"""`relay batches purge`, for operators: straight on the database and the payload directory (with the `RELAY_*`
+settings, like `relay keys`), every batch finished before a date, with its payload files; usage events stay."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime, timedelta
+
+from app.batches.retention import purge_batches
+from app.commands.catalog import cli_runtime
+from schemas.durations import DurationError, parse_duration
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with cli_runtime() as runtime:
+        report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run)
+    verb = "would purge" if args.dry_run else "purged"
+    print(f"{verb} {report.batches} batches ({report.items} items) finished before"
+          f" {args.finished_before.isoformat()}; {'would remove' if args.dry_run else 'removed'}"
+          f" {report.stray_folders} stray payload folders")
+    if report.left_behind:
+        print(f"relay: {report.left_behind} payload folders could not be removed; the next purge tries again",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cutoff(text: str) -> datetime:
+    """`2026-01-31`, `2026-01-31T12:00:00+02:00` (no zone: UTC), or an age such as `30d` (that long ago)."""
+    try:
+        return datetime.now(UTC) - timedelta(seconds=parse_duration(text))
+    except DurationError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date, a time or an age: {text!r} (e.g. 2026-01-31 or 30d)") \
+            from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
