@@ -22,7 +22,7 @@ export function rerunButton(batch, status) {
         title: "Re-run what failed?",
         body: [h("p", {}, `Batch ${batch.id}: a new batch of its failed items, with their original requests, under `
           + "your current policy. This batch stays as it is."), choice.node],
-        yes: "Re-run", no: "Not now",
+        yes: "Re-run", no: "Not now", tone: "primary",
       });
       if (!yes) return;
       const picked = choice.picked();

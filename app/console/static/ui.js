@@ -134,12 +134,14 @@ export function announce(text) {
   window.setTimeout(() => { region.textContent = text; }, 50);
 }
 
-// A yes/no question in the page's <dialog> (modal: focus stays inside, Escape says no).
-export function confirmDialog({ title, body, yes, no }) {
+// A yes/no question in the page's <dialog> (modal: focus stays inside, Escape says no). TONE styles the yes button:
+// "danger" (what cannot be undone) or "primary".
+export function confirmDialog({ title, body, yes, no, tone = "danger" }) {
   const dialog = document.getElementById("confirm");
   replace(dialog.querySelector(".dialog-title"), title);
   replace(dialog.querySelector(".dialog-body"), body);
   dialog.querySelector("[value=yes]").textContent = yes;
+  dialog.querySelector("[value=yes]").className = `button ${tone}`;
   dialog.querySelector("[value=no]").textContent = no;
   dialog.returnValue = "";
   return new Promise((resolve) => {
