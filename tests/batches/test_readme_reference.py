@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from app.fake_upstream import control
-from tests.processes import ROOT
+from devtools.fake_upstream import control
+from devtools.processes import ROOT
 
 README = (ROOT / "README.md").read_text()
 
