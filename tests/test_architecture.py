@@ -1,7 +1,8 @@
 """The import rules of docs/architecture.md, read from the source: imports run one way (tests, bench → devtools →
 actors → app → adapters, schemas; inside app, access → credentials → catalog), the runtime packages never import
-the scaffolding (devtools, tests, bench) nor a package they sit in, the bench never imports tests, and no two
-modules import each other, directly or round a loop, even from inside a function or behind TYPE_CHECKING."""
+the scaffolding (devtools, tests, bench) nor a package they sit in, the foundation (runtime, db, errors, redaction)
+imports no package of app, the bench never imports tests, and no two modules import each other, directly or round
+a loop, even from inside a function or behind TYPE_CHECKING."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ("app", "actors", "adapters", "schemas")  # what the image ships and requirements.txt serves
 SCAFFOLDING = ("devtools", "tests", "bench")  # the demo and test scaffolding, the tests, the benchmarks
+# What every process builds first; the domain packages (observability, batches, ...) import it, never the reverse.
+FOUNDATION = ("app.runtime", "app.db", "app.errors", "app.redaction")
 PACKAGES = RUNTIME + SCAFFOLDING
 
 
@@ -65,6 +68,8 @@ def _wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
             if (_top(module), _top(target)) in (("bench", "tests"), ("devtools", "tests"), ("devtools", "bench")):
                 wrong.append((module, target))
             if _back_up(graph, module, target):
+                wrong.append((module, target))
+            if module in FOUNDATION and target.count(".") > 1:  # into a package of app (app.observability.logs)
                 wrong.append((module, target))
             if _top(module) in ("adapters", "schemas") and _top(target) in ("app", "actors"):
                 wrong.append((module, target))
@@ -178,9 +183,11 @@ def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_i
                "app.batches.z": "from actors.boot import thing\n",
                "app.api.w": "def load():\n    from app import create_app\n",
                "app.commands.t": "from app import create_app\n",
+               "app.runtime": "from app.observability.logs import register_secrets\n",
                "app.pipeline.v": "from devtools.fake_upstream import state\n",
                "bench.u": "from tests.processes import free_port\n"}
-    known = set(sources) | {"actors.boot", "app.api.health", "devtools.fake_upstream.state", "tests.processes"}
+    known = set(sources) | {"actors.boot", "app.api.health", "app.observability.logs", "devtools.fake_upstream.state",
+                            "tests.processes"}
     graph = {}
     for name, text in sources.items():
         path = tmp_path / f"{name}.py"
@@ -191,4 +198,5 @@ def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_i
     assert _cycles(graph) == [["app.catalog.x", "app.credentials.y", "app.catalog.x"]]
     assert _wrong_way(graph) == [("app.api.w", "app"), ("app.batches.z", "actors.boot"),
                                  ("app.catalog.x", "app.credentials.y"),
-                                 ("app.pipeline.v", "devtools.fake_upstream.state"), ("bench.u", "tests.processes")]
+                                 ("app.pipeline.v", "devtools.fake_upstream.state"),
+                                 ("app.runtime", "app.observability.logs"), ("bench.u", "tests.processes")]
