@@ -1,5 +1,7 @@
 """compose.yaml cannot run here (no Docker engine): check that it is valid and wired together."""
 
+import ast
+import sys
 from pathlib import Path
 
 import yaml
@@ -70,3 +72,16 @@ def test_the_fake_upstream_image_holds_the_fake_upstream_alone() -> None:
     assert copied == {"requirements-dev.txt", "devtools/__init__.py", "devtools/fake_upstream"}
     assert fake[-1].startswith('CMD ["python", "-m", "devtools.fake_upstream"')
     assert "aiohttp==" in (ROOT / "requirements-dev.txt").read_text()
+    server = [path for path in (ROOT / "devtools" / "fake_upstream").glob("*.py") if path.name != "harness.py"]
+    imported = set().union(*(_top_imports(path) for path in server))
+    assert imported - sys.stdlib_module_names == {"aiohttp", "devtools"}, "the image installs aiohttp alone"
+
+
+def _top_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found

@@ -129,7 +129,7 @@ def start_fake_upstream(*, process: bool = False, latency_ms: int = 0, strict_ke
 
 def _start_process(latency_ms: int, strict_keys: bool, keys: tuple[str, ...],
                    allow_missing_key: bool) -> FakeUpstream:
-    """Run `python -m devtools.fake_upstream --port 0` (= `relay fake-upstream`) and read the URL it prints first."""
+    """Run `python -m devtools.fake_upstream --port 0` and read the URL it prints first."""
     argv = [sys.executable, "-m", "devtools.fake_upstream", "--port", "0", "--latency-ms", str(latency_ms)]
     argv += ["--strict-keys"] * strict_keys + ["--allow-missing-key"] * allow_missing_key
     for key in keys:
@@ -141,5 +141,5 @@ def _start_process(latency_ms: int, strict_keys: bool, keys: tuple[str, ...],
     if "listening on " not in line:
         proc.kill()
         proc.wait(10)
-        raise RuntimeError(f"relay fake-upstream did not start (first line: {line!r})")
+        raise RuntimeError(f"the fake upstream did not start (first line: {line!r})")
     return FakeUpstream(line.rsplit("listening on ", 1)[1].strip(), proc)
