@@ -20,7 +20,6 @@ COMMAND_MODULES = [
     "app.commands.credentials",
     "app.commands.batches",
     "app.commands.admin_batches",
-    "app.commands.fake_upstream",
 ]
 
 

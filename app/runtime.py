@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from psycopg_pool import ConnectionPool
 
 from app.db import create_pool
-from app.observability.logs import register_secrets
+from app.redaction import register_secrets
 from app.settings import Settings
 
 T = TypeVar("T")

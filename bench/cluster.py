@@ -1,6 +1,6 @@
 """The cluster bench: the same drain on one node (the local services) and on the local cluster of scripts/cluster.sh
 (quorum queues on three RabbitMQ nodes, a synchronous Postgres standby), in the same run, and how long the drain
-takes to come back after each fault of tests/cluster/faults.py.
+takes to come back after each fault of devtools/cluster/faults.py.
 
     .venv/bin/python -m bench.cluster                          # drains of 5,000 items x 3, every fault once
     .venv/bin/python -m bench.cluster --items 2000 --repeat 1 --faults leader,failover
@@ -27,12 +27,12 @@ from pathlib import Path
 from bench import sysstat
 from bench.env import SERVICES_DIR
 from bench.report import Results
-from tests.cluster import faults
-from tests.cluster.harness import Cluster, ClusterStack, db_now, finish_times, longest_gap, resume_after
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.processes import RelayProcess
-from tests.reliability.stack import fault_catalog
-from tests.services import ensure_services, fresh_services
+from devtools.cluster import faults
+from devtools.cluster.harness import Cluster, ClusterStack, db_now, finish_times, longest_gap, resume_after
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess
+from devtools.services import ensure_services, fresh_services
+from devtools.stack import fault_catalog
 
 THREADS = 16
 FAULT_MS = 250  # the upstream's latency while a fault is timed: 2 x 8 threads, about 64 items/s, under the CPU's
@@ -190,7 +190,7 @@ def drop_services(name: str) -> None:
     import psycopg
     import requests
 
-    from tests.services import ADMIN_DB_URL, MQ_UI_PORT
+    from devtools.services import ADMIN_DB_URL, MQ_UI_PORT
 
     with psycopg.connect(ADMIN_DB_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -19,9 +19,9 @@ import requests
 
 from bench import sysstat
 from bench.sizes import Sizes
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.processes import RelayProcess, free_port, start_api, start_relay
-from tests.services import ServiceUrls, ensure_services, fresh_services
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess, free_port, start_api, start_relay
+from devtools.services import ServiceUrls, ensure_services, fresh_services
 
 MODEL = "gpt-4o-mini"
 TRICKLE_REPLY = "word " * 100  # streamed a couple of words at a time, CHUNK_DELAY_MS apart: a stream that lasts

@@ -16,7 +16,7 @@ import requests
 
 from bench.env import KEYS, MODEL, BenchEnv
 from bench.report import Results
-from tests.processes import RelayProcess, free_port
+from devtools.processes import RelayProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / ".bench-peers"

@@ -12,7 +12,7 @@ import time
 from bench.env import BenchEnv, item_body
 from bench.report import Results
 from bench.sizes import Sizes
-from tests.webhooks.receiver import Receiver
+from devtools.webhook_receiver import Receiver
 
 P50_TARGET_S, P99_TARGET_S = 1.0, 3.0
 ALLOWED = {"webhook_allowed_hosts": "127.0.0.1", "webhook_allowed_networks": "127.0.0.0/8"}

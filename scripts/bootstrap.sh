@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with the pinned dependencies and the `relay` command (no-op when already up to date).
+# Create .venv with the pinned development set (requirements-dev.txt: the runtime, the fake upstream, the test
+# tools) and the `relay` command (no-op when already up to date).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -13,10 +14,10 @@ if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.requirements.sha
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[bootstrap] installing Python dependencies into .venv" >&2
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
   echo "$want" > "$stamp"
 fi

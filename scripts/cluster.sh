@@ -266,14 +266,14 @@ relay_env() {  # relay_env K: the RELAY_* variables of a replica whose broker li
 
 running() { [ -f "$C/run/$1.pid" ] && kill -0 "$(cat "$C/run/$1.pid")" 2>/dev/null; }
 relay_start() {  # relay_start NAME: one of RELAY_PROCS, in its own session, logging to .cluster/run/NAME.log
-  local name=$1 k=1 args
+  local name=$1 k=1 relay="$ROOT/.venv/bin/relay" args
   running "$name" && return 0
   case $name in
-    upstream) args=(fake-upstream --host 127.0.0.1 --port "$UPSTREAM_PORT") ;;
-    api1) args=(api --bind "127.0.0.1:$API1_PORT") ;;
-    api2) k=2; args=(api --bind "127.0.0.1:$API2_PORT") ;;
-    worker-a) k=2; args=(worker -p 1 -t 16) ;;
-    worker-b) k=3; args=(worker -p 1 -t 16) ;;
+    upstream) args=("$ROOT/.venv/bin/python" -m devtools.fake_upstream --host 127.0.0.1 --port "$UPSTREAM_PORT") ;;
+    api1) args=("$relay" api --bind "127.0.0.1:$API1_PORT") ;;
+    api2) k=2; args=("$relay" api --bind "127.0.0.1:$API2_PORT") ;;
+    worker-a) k=2; args=("$relay" worker -p 1 -t 16) ;;
+    worker-b) k=3; args=("$relay" worker -p 1 -t 16) ;;
     *) die "unknown process $name" ;;
   esac
   mkdir -p "$C/run" "$C/payloads"
@@ -281,7 +281,7 @@ relay_start() {  # relay_start NAME: one of RELAY_PROCS, in its own session, log
     eval "$(relay_env "$k")"
     [ "$name" = worker-a ] && export RELAY_WORKER_METRICS_PORT=$WORKER_A_METRICS
     [ "$name" = worker-b ] && export RELAY_WORKER_METRICS_PORT=$WORKER_B_METRICS
-    cd "$ROOT"; setsid "$ROOT/.venv/bin/relay" "${args[@]}" > "$C/run/$name.log" 2>&1 < /dev/null &
+    cd "$ROOT"; setsid "${args[@]}" > "$C/run/$name.log" 2>&1 < /dev/null &
     echo $! > "$C/run/$name.pid"
   )
   log "$name started (pid $(cat "$C/run/$name.pid"), log $C/run/$name.log)"

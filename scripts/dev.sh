@@ -68,7 +68,7 @@ up() {
   export RELAY_WEBHOOK_ALLOWED_NETWORKS=${RELAY_WEBHOOK_ALLOWED_NETWORKS:-127.0.0.0/8,::1/128}
   export PATH="$ROOT/.venv/bin:$PATH"
   relay migrate >/dev/null
-  start fake-upstream relay fake-upstream --host 127.0.0.1 --port "$FAKE_PORT"
+  start fake-upstream python -m devtools.fake_upstream --host 127.0.0.1 --port "$FAKE_PORT"  # demo scaffolding
   wait_http "http://127.0.0.1:$FAKE_PORT/_control/stats" 30
   relay apply app/demo/catalog.yaml >/dev/null
   if [ ! -s "$RUN/demo-key" ]; then

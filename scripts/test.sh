@@ -7,7 +7,7 @@ cd "$ROOT"
 bash scripts/bootstrap.sh
 bash scripts/services.sh up >/dev/null
 bash scripts/browser.sh  # headless Chromium + chromedriver from Debian, for tests/console
-echo "== ruff"; .venv/bin/ruff check app actors adapters schemas tests bench
+echo "== ruff"; .venv/bin/ruff check app actors adapters schemas devtools tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
 # Under CI=true a missing service fails the run (tests/conftest.py); exit 5 (no tests ran) is a failure too.

@@ -10,7 +10,7 @@ import pytest
 
 from app.runtime import Runtime
 from app.settings import Settings
-from tests.services import ServiceUrls, ensure_services, fresh_services
+from devtools.services import ServiceUrls, ensure_services, fresh_services
 
 TEST_DB = os.environ.get("RELAY_TEST_DB", "relay_test")
 
@@ -72,7 +72,7 @@ def client(app):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def relay_api(settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A real `relay api` (gunicorn) on a free loopback port, sharing the test database."""
-    from tests.processes import start_api
+    from devtools.processes import start_api
 
     api = start_api(settings_env, tmp_path_factory.mktemp("api-logs"))
     yield api

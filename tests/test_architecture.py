@@ -1,19 +1,30 @@
-"""The import rules of docs/architecture.md, read from the source: imports run one way (actors → app → adapters,
-schemas; inside app, access → credentials → catalog), and no two modules import each other, directly or round a
-loop, even from inside a function or behind TYPE_CHECKING."""
+"""The import rules of docs/architecture.md, read from the source: imports run one way (tests, bench → devtools →
+actors → app → adapters, schemas; inside app, access → credentials → catalog), the runtime packages never import
+the scaffolding (devtools, tests, bench) nor a package they sit in, the foundation (runtime, db, errors, redaction)
+imports no package of app, the bench never imports tests, and no two modules import each other, directly or round
+a loop, even from inside a function or behind TYPE_CHECKING."""
 
 from __future__ import annotations
 
 import ast
+import re
+import sys
+from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("app", "actors", "adapters", "schemas")
+RUNTIME = ("app", "actors", "adapters", "schemas")  # what the image ships and requirements.txt serves
+SCAFFOLDING = ("devtools", "tests", "bench")  # the demo and test scaffolding, the tests, the benchmarks
+# What every process builds first; the domain packages (observability, batches, ...) import it, never the reverse.
+FOUNDATION = ("app.runtime", "app.db", "app.errors", "app.redaction")
+PACKAGES = RUNTIME + SCAFFOLDING
 
 
-def _modules() -> dict[str, Path]:
+def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -52,6 +63,14 @@ def _wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
         for target in targets:
             if _top(module) == "app" and _top(target) == "actors":
                 wrong.append((module, target))
+            if _top(module) in RUNTIME and _top(target) in SCAFFOLDING:
+                wrong.append((module, target))
+            if (_top(module), _top(target)) in (("bench", "tests"), ("devtools", "tests"), ("devtools", "bench")):
+                wrong.append((module, target))
+            if _back_up(graph, module, target):
+                wrong.append((module, target))
+            if module in FOUNDATION and target.count(".") > 1:  # into a package of app (app.observability.logs)
+                wrong.append((module, target))
             if _top(module) in ("adapters", "schemas") and _top(target) in ("app", "actors"):
                 wrong.append((module, target))
             for lower, higher in (("app.catalog", "app.credentials"), ("app.catalog", "app.access"),
@@ -59,6 +78,15 @@ def _wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
                 if module.startswith(lower + ".") and (target == higher or target.startswith(higher + ".")):
                     wrong.append((module, target))
     return sorted(wrong)
+
+
+def _back_up(graph: dict[str, set[str]], module: str, target: str) -> bool:
+    """MODULE imports TARGET, a package it sits in, whose __init__ imports down into MODULE's branch (app.api.server
+    importing `app`, which imports app.api): a loop between a package and its parts that no cycle check sees."""
+    if not module.startswith(target + "."):
+        return False
+    branch = ".".join(module.split(".")[:len(target.split(".")) + 1])
+    return any(t == branch or t.startswith(branch + ".") for t in graph.get(target, ()))
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -91,22 +119,84 @@ def test_the_layers_import_one_way() -> None:
     assert not _wrong_way(graph), f"imports against the layering: {_wrong_way(graph)}"
 
 
+def test_the_runtime_packages_import_nothing_of_the_scaffolding() -> None:
+    graph = _graph()
+    assert any(_top(m) == "devtools" for m in graph) and any(_top(m) == "bench" for m in graph)
+    found = [(m, t) for m, targets in graph.items() for t in targets
+             if (_top(m) in RUNTIME and _top(t) in SCAFFOLDING) or (_top(m) == "bench" and _top(t) == "tests")]
+    assert not found, f"the product (or the bench) imports the scaffolding: {found}"
+
+
+def test_the_runtime_packages_import_only_what_requirements_txt_installs() -> None:
+    installed = _runtime_distributions()
+    assert "flask" in installed and "aiohttp" not in installed and "pytest" not in installed
+    owners = packages_distributions()
+    outside = {}
+    for name, path in _modules(RUNTIME).items():
+        for top in _third_party_imports(path):
+            dists = {_normal(d) for d in owners.get(top, [top])}
+            if not dists & installed:
+                outside[f"{name}: {top}"] = sorted(dists)
+    assert not outside, f"imported by the runtime but not installed by requirements.txt: {outside}"
+
+
+def _runtime_distributions() -> set[str]:
+    """requirements.txt's distributions and everything they require (with the extras asked for), normalised."""
+    todo = [Requirement(line) for line in (ROOT / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith(("#", "-"))]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        if _normal(req.name) in seen:
+            continue
+        seen.add(_normal(req.name))
+        for text in distribution(req.name).requires or []:
+            dep = Requirement(text)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in req.extras or {""}):
+                todo.append(Requirement(f"{dep.name}[{','.join(dep.extras)}]" if dep.extras else dep.name))
+    return seen
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    tops = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            tops.add(node.module.split(".")[0])
+    return {t for t in tops if t not in sys.stdlib_module_names and t not in PACKAGES}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def test_no_import_cycles_between_modules() -> None:
     cycles = _cycles(_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
 
 
 def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_import(tmp_path: Path) -> None:
-    sources = {"app.catalog.x": "from app.credentials import y\n",
+    sources = {"app": "def register():\n    from app.api import health\n",
+               "app.catalog.x": "from app.credentials import y\n",
                "app.credentials.y": "def f():\n    import app.catalog.x\n",
-               "app.batches.z": "from actors.boot import thing\n"}
-    known = set(sources) | {"actors.boot"}
+               "app.batches.z": "from actors.boot import thing\n",
+               "app.api.w": "def load():\n    from app import create_app\n",
+               "app.commands.t": "from app import create_app\n",
+               "app.runtime": "from app.observability.logs import register_secrets\n",
+               "app.pipeline.v": "from devtools.fake_upstream import state\n",
+               "bench.u": "from tests.processes import free_port\n"}
+    known = set(sources) | {"actors.boot", "app.api.health", "app.observability.logs", "devtools.fake_upstream.state",
+                            "tests.processes"}
     graph = {}
     for name, text in sources.items():
         path = tmp_path / f"{name}.py"
         path.write_text(text)
         graph[name] = _imports(name, path, known)
-    graph["actors.boot"] = set()
+    graph |= {name: set() for name in known - set(sources)}
     assert graph["app.catalog.x"] == {"app.credentials.y"} and graph["app.credentials.y"] == {"app.catalog.x"}
     assert _cycles(graph) == [["app.catalog.x", "app.credentials.y", "app.catalog.x"]]
-    assert _wrong_way(graph) == [("app.batches.z", "actors.boot"), ("app.catalog.x", "app.credentials.y")]
+    assert _wrong_way(graph) == [("app.api.w", "app"), ("app.batches.z", "actors.boot"),
+                                 ("app.catalog.x", "app.credentials.y"),
+                                 ("app.pipeline.v", "devtools.fake_upstream.state"),
+                                 ("app.runtime", "app.observability.logs"), ("bench.u", "tests.processes")]

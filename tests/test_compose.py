@@ -1,5 +1,7 @@
 """compose.yaml cannot run here (no Docker engine): check that it is valid and wired together."""
 
+import ast
+import sys
 from pathlib import Path
 
 import yaml
@@ -35,7 +37,51 @@ def test_rabbitmq_exposes_the_management_ui() -> None:
     assert "15672:15672" in rabbit["ports"]
 
 
+def _stages() -> dict[str, list[str]]:
+    """The Dockerfile's stages by name, each as its instruction lines, in order."""
+    stages: dict[str, list[str]] = {}
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("FROM "):
+            current = stages.setdefault(line.split(" AS ")[-1].strip(), [])
+        elif line.strip() and not line.startswith("#"):
+            current.append(line)
+    return stages
+
+
 def test_images_are_built_from_the_repository_dockerfile() -> None:
-    assert (ROOT / "Dockerfile").exists()
-    for name in ("api", "worker", "fake-upstream"):
-        assert COMPOSE["services"][name]["build"] == "."
+    stages = _stages()
+    for name in ("migrate", "api", "worker"):
+        assert COMPOSE["services"][name]["build"] == {"context": ".", "target": "relay"}
+    assert COMPOSE["services"]["fake-upstream"]["build"] == {"context": ".", "target": "fake-upstream"}
+    assert list(stages)[-1] == "relay", "a plain `docker build .` (the Helm chart's image) must build Relay"
+
+
+def test_relay_image_ships_the_runtime_packages_and_requirements_only() -> None:
+    relay = _stages()["relay"]
+    copied = {line.split()[1] for line in relay if line.startswith("COPY ")}
+    assert {"app", "actors", "adapters", "schemas"} <= copied
+    assert not copied & {"devtools", "tests", "bench", "requirements-dev.txt", "."}
+    assert "RUN pip install --no-cache-dir -r requirements.txt" in relay
+    runtime = (ROOT / "requirements.txt").read_text()
+    assert "aiohttp" not in runtime and "pytest" not in runtime
+
+
+def test_the_fake_upstream_image_holds_the_fake_upstream_alone() -> None:
+    fake = _stages()["fake-upstream"]
+    copied = {line.split()[1] for line in fake if line.startswith("COPY ")}
+    assert copied == {"requirements-dev.txt", "devtools/__init__.py", "devtools/fake_upstream"}
+    assert fake[-1].startswith('CMD ["python", "-m", "devtools.fake_upstream"')
+    assert "aiohttp==" in (ROOT / "requirements-dev.txt").read_text()
+    server = [path for path in (ROOT / "devtools" / "fake_upstream").glob("*.py") if path.name != "harness.py"]
+    imported = set().union(*(_top_imports(path) for path in server))
+    assert imported - sys.stdlib_module_names == {"aiohttp", "devtools"}, "the image installs aiohttp alone"
+
+
+def _top_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found

@@ -25,6 +25,7 @@ import logging
 import socket
 import sys
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -178,7 +179,8 @@ class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
 
 
 class _RelayGunicorn(BaseApplication):  # type: ignore[misc]
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, create_app: Callable[[], Any], options: dict[str, Any]) -> None:
+        self.create_app = create_app
         self.options = options
         super().__init__()
 
@@ -188,9 +190,7 @@ class _RelayGunicorn(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         # Runs in each worker after fork, so the pool and broker connections are per process.
-        from app import create_app
-
-        return create_app()
+        return self.create_app()
 
 
 def _close_runtime(_server: Any, worker: Any) -> None:
@@ -201,8 +201,9 @@ def _close_runtime(_server: Any, worker: Any) -> None:
         runtime.close()
 
 
-def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s: int, io_timeout_s: float,
-                 connections_per_address: int = -1) -> None:
+def run_gunicorn(create_app: Callable[[], Any], *, bind: str, workers: int, connections: int, header_timeout_s: int,
+                 io_timeout_s: float, connections_per_address: int = -1) -> None:
+    """Serve the WSGI app CREATE_APP builds in each worker (after the fork) under gunicorn's gevent workers."""
     RelayGeventWorker.io_timeout_s = io_timeout_s
     RelayGeventWorker.connections_per_address = connections_per_address
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # inherited by the forked workers
@@ -220,4 +221,4 @@ def run_gunicorn(*, bind: str, workers: int, connections: int, header_timeout_s:
         "loglevel": "warning",
         "limit_request_line": 8190,
     }
-    _RelayGunicorn(options).run()
+    _RelayGunicorn(create_app, options).run()

@@ -64,10 +64,17 @@ def cmd_api(args: argparse.Namespace) -> int:
     from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
-    run_gunicorn(bind=args.bind, workers=args.workers, connections=args.connections,
+    run_gunicorn(_create_app, bind=args.bind, workers=args.workers, connections=args.connections,
                  header_timeout_s=settings.api_header_timeout_s, io_timeout_s=settings.api_io_timeout_s,
                  connections_per_address=settings.api_connections_per_address)
     return 0
+
+
+def _create_app() -> Any:
+    """The app factory, imported in the gunicorn worker after the fork (and after the metrics directory is set)."""
+    from app import create_app
+
+    return create_app()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

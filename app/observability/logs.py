@@ -9,46 +9,20 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import IO, Any
 
-REDACTED = "[REDACTED]"
-_SECRET_PATTERNS = re.compile(
-    r"(?P<bearer>\bbearer\s+)[^\s\"',;]+"
-    r"|(?P<header>\bx-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+"
-    r"|\brk_[A-Za-z0-9_\-]{8,}"
-    r"|\brt_[A-Za-z0-9_\-.]{8,}"
-    r"|\bsk-[A-Za-z0-9_\-]{8,}",
-    re.IGNORECASE,
-)
+from app.redaction import redact
+
 _CONTEXT_KEYS = ("request_id", "batch_id", "idx")
 # Libraries that narrate every connection at INFO (pika: ~15 lines per AMQP connection).
 QUIET_LOGGERS = {"pika": logging.WARNING}
 _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 _context: ContextVar[dict[str, Any] | None] = ContextVar("relay_log_context", default=None)
-_literal_secrets: set[str] = set()
-
-
-def redact(text: str) -> str:
-    """TEXT with anything that looks like a secret, and every registered secret, replaced by [REDACTED]."""
-    for secret in _literal_secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return _SECRET_PATTERNS.sub(_replacement, text)
-
-
-def _replacement(match: re.Match[str]) -> str:
-    return (match.group("bearer") or match.group("header") or "") + REDACTED
-
-
-def register_secrets(values: Iterable[str]) -> None:
-    """Redact these exact values too (e.g. the admin token), wherever they appear."""
-    _literal_secrets.update(v for v in values if v and len(v) >= 8)
 
 
 @contextmanager

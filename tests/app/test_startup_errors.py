@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.processes import ROOT, free_port
+from devtools.processes import ROOT, free_port
 
 
 def run_relay(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:

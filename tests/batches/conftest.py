@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.batches.helpers import batch_catalog, start_workers
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.processes import RelayProcess
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess, start_workers
+from tests.batches.helpers import batch_catalog
 
 # Fast settings for the worker processes of these tests.
 WORKER_SETTINGS = {"batch_item_time_limit_s": 4, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}

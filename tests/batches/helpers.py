@@ -1,13 +1,11 @@
-"""Helpers for batch tests: the catalog, worker processes, submitting and waiting."""
+"""Helpers for batch tests: the catalog, submitting and waiting (worker processes: devtools/processes.py)."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from app.runtime import Runtime
-from tests.processes import RelayProcess, start_relay
 
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60}
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the batch"}]}
@@ -62,26 +60,6 @@ def _policy(name: str, pool: list[str], *, models: list[str] | None = None, **ex
     return {"name": name, "models": models or ["*"], "key_pool": pool,
             "circuit_breaker": {"failures": 1000, "cooldown": "1s"}, **extra}
 
-
-def start_workers(env: dict[str, str], log_dir: Path, runtime: Runtime, *, processes: int = 2, threads: int = 4,
-                  extra: tuple[str, ...] = (), **overrides: Any) -> RelayProcess:
-    """`relay worker` with ENV (+ RELAY_* OVERRIDES, + EXTRA arguments); returns once every process heartbeats."""
-    env = {**env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
-    with runtime.pool.connection() as conn:
-        before = conn.execute("SELECT now() AS t").fetchone()["t"]  # type: ignore[index]
-    workers = start_relay(["worker", "-p", str(processes), "-t", str(threads), *extra], env,
-                          log_dir / f"worker-{time.monotonic_ns()}.log")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if workers.proc.poll() is not None:
-            raise RuntimeError(f"relay worker exited early:\n{workers.log()}")
-        with runtime.pool.connection() as conn:
-            row = conn.execute("SELECT count(*) AS n FROM workers WHERE started_at >= %s", (before,)).fetchone()
-        if row and row["n"] >= processes:
-            return workers
-        time.sleep(0.1)
-    workers.stop()
-    raise RuntimeError(f"relay worker did not start:\n{workers.log()}")
 
 
 def submit(client: Any, key: str, requests: list[Any], shape: str = "openai", **extra: Any) -> Any:

@@ -18,9 +18,9 @@ import pytest
 from app.batches import outbox
 from app.batches.fleet import fleet_status
 from app.runtime import Runtime
+from devtools.processes import ROOT, RelayProcess, free_port, start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, get, start_workers, submit, wait_finished
-from tests.processes import ROOT, RelayProcess, free_port
+from tests.batches.helpers import CHAT, get, submit, wait_finished
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,9 @@ import anthropic
 import pytest
 import requests
 
+from devtools.processes import RelayProcess
 from tests.batches.helpers import wait_for
 from tests.batches.provider_helpers import batch_rows, batch_uuid, message, usage_by_custom_id, wait_anthropic
-from tests.processes import RelayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
 

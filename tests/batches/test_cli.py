@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, RelayProcess, start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, start_workers
-from tests.processes import ROOT, RelayProcess
+from tests.batches.helpers import CHAT
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

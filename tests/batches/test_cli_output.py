@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import ROOT, start_api
 from tests.batches.helpers import CHAT, wait_for
-from tests.processes import ROOT, start_api
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import RelayProcess, start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, get, start_workers, submit, wait_finished, wait_for
-from tests.processes import RelayProcess
+from tests.batches.helpers import CHAT, get, submit, wait_finished, wait_for
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 ITEMS = 400

@@ -8,8 +8,9 @@ import signal
 
 import pytest
 
+from devtools.processes import start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, start_workers, submit, usage_events, wait_finished, wait_for
+from tests.batches.helpers import CHAT, submit, usage_events, wait_finished, wait_for
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools.processes import RelayProcess, start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, results, start_workers, submit, usage_events, wait_finished, wait_for
-from tests.processes import RelayProcess
+from tests.batches.helpers import CHAT, results, submit, usage_events, wait_finished, wait_for
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

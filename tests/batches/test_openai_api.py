@@ -10,6 +10,7 @@ import openai
 import pytest
 import requests
 
+from devtools.processes import RelayProcess
 from tests.batches.helpers import wait_for
 from tests.batches.provider_helpers import (
     batch_rows,
@@ -20,7 +21,6 @@ from tests.batches.provider_helpers import (
     usage_by_custom_id,
     wait_openai,
 )
-from tests.processes import RelayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
 

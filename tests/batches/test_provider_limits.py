@@ -10,6 +10,7 @@ import anthropic
 import openai
 import pytest
 
+from devtools.processes import RelayProcess, start_api
 from tests.batches.provider_helpers import (
     chat,
     jsonl,
@@ -19,7 +20,6 @@ from tests.batches.provider_helpers import (
     wait_anthropic,
     wait_openai,
 )
-from tests.processes import RelayProcess, start_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
 

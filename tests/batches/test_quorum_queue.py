@@ -11,10 +11,10 @@ import pika
 import pytest
 import requests
 
+from devtools.processes import RelayProcess, start_relay, start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, results, start_workers, submit, usage_events, wait_finished
+from tests.batches.helpers import CHAT, results, submit, usage_events, wait_finished
 from tests.conftest import TEST_DB
-from tests.processes import RelayProcess, start_relay
 
 QUORUM_QUEUE = f"relay.batch_items.{TEST_DB}.quorum"
 

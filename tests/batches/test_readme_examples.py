@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.processes import ROOT
+from devtools.processes import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("workers")]
 

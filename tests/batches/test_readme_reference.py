@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from app.fake_upstream import control
-from tests.processes import ROOT
+from devtools.fake_upstream import control
+from devtools.processes import ROOT
 
 PAGE = (ROOT / "docs" / "development.md").read_text()
 

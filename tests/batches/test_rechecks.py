@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, start_workers, submit, usage_events, wait_finished
+from tests.batches.helpers import CHAT, submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

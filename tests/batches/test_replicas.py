@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from app.runtime import Runtime
+from devtools.processes import start_workers
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, results, start_workers, submit, usage_events, wait_finished
+from tests.batches.helpers import CHAT, results, submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -16,8 +16,8 @@ import pytest
 from app.batches import store
 from app.batches.retention import purge_batches
 from app.batches.service import payload_store
+from devtools.processes import ROOT
 from tests.batches.helpers import CHAT, get, run_in_process, submit, usage_events
-from tests.processes import ROOT
 
 
 def _delete(client: Any, key: str, batch_id: str) -> Any:

@@ -12,10 +12,10 @@ import pika
 import pytest
 import requests
 
+from devtools.processes import RelayProcess, start_workers
+from devtools.services import MQ_UI_PORT
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, get, results, start_workers, submit, usage_events, wait_finished, wait_for
-from tests.processes import RelayProcess
-from tests.services import MQ_UI_PORT
+from tests.batches.helpers import CHAT, get, results, submit, usage_events, wait_finished, wait_for
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench.__main__ import SCENARIOS, run
 from bench.sizes import TINY
-from tests.services import ServiceUrls
+from devtools.services import ServiceUrls
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

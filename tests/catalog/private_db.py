@@ -18,7 +18,7 @@ from flask import Flask
 from app.migrate import apply_migrations
 from app.runtime import Runtime
 from app.settings import Settings
-from tests.services import ADMIN_DB_URL
+from devtools.services import ADMIN_DB_URL
 
 _built: dict[str, Any] = {}
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.harness import Cluster, ClusterStack
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.cluster.harness import Cluster, ClusterStack
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.stack import fault_catalog
 from tests.reliability.conftest import fault_upstream, fresh_upstream  # noqa: F401 (the fixtures, shared)
-from tests.reliability.stack import fault_catalog
 
 SCENARIOS = ("leader", "mqcut", "pgcut", "failover", "rolling")
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from bench.cluster import run
-from tests.cluster.harness import Cluster, longest_gap, resume_after
+from devtools.cluster.harness import Cluster, longest_gap, resume_after
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.cluster.faults import Pace, cut_from_database, fail_over_postgres
-from tests.cluster.harness import Cluster, ClusterStack, finish_times, resume_after
+from devtools.cluster.faults import Pace, cut_from_database, fail_over_postgres
+from devtools.cluster.harness import Cluster, ClusterStack, finish_times, resume_after
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

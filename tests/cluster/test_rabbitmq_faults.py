@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.faults import Pace, cut_from_broker, kill_queue_leader
-from tests.cluster.harness import Cluster, ClusterStack, finish_times, resume_after
+from devtools.cluster.faults import Pace, cut_from_broker, kill_queue_leader
+from devtools.cluster.harness import Cluster, ClusterStack, finish_times, resume_after
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.faults import Pace, rolling_restart
-from tests.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap
+from devtools.cluster.faults import Pace, rolling_restart
+from devtools.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

@@ -17,7 +17,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.processes import ROOT
+from devtools.processes import ROOT
 
 ARTIFACTS = ROOT / "test-artifacts" / "console"
 BROWSER_TZ = "Asia/Tokyo"  # not the machine's zone: the console must show times in the viewer's zone

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess, start_api
+from devtools.services import MQ_UI_PORT, ServiceUrls, fresh_services
+from devtools.stack import Stack
 from tests.batches.helpers import batch_catalog
 from tests.console.browser import ARTIFACTS, Console, find_chromium, start_chromium
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.processes import RelayProcess, start_api
-from tests.reliability.stack import Stack
-from tests.services import MQ_UI_PORT, ServiceUrls, fresh_services
 
 BROKER_UI = f"http://127.0.0.1:{MQ_UI_PORT}/"
 

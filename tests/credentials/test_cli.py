@@ -11,7 +11,7 @@ import pytest
 from app.access.cache import get_catalog
 from app.auth import authenticate
 from app.errors import RelayError
-from tests.processes import ROOT
+from devtools.processes import ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -1,1 +1,1 @@
-"""Tests of the fake upstream (app/fake_upstream) and the harness other tests start it with."""
+"""Tests of the fake upstream (devtools/fake_upstream) and the harness other tests start it with."""

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 
 
 @pytest.fixture(scope="session")

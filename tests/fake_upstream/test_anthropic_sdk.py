@@ -5,8 +5,8 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from app.fake_upstream import count_tokens, plan_turn
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream import count_tokens, plan_turn
+from devtools.fake_upstream.harness import FakeUpstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import requests
 
-from app.fake_upstream import count_tokens
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream import count_tokens
+from devtools.fake_upstream.harness import FakeUpstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

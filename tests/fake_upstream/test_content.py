@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.fake_upstream import count_tokens, embedding_inputs, plan_turn, prompt_of
-from app.fake_upstream.wire import reply_pieces
+from devtools.fake_upstream import count_tokens, embedding_inputs, plan_turn, prompt_of
+from devtools.fake_upstream.wire import reply_pieces
 
 
 def test_count_tokens_is_a_quarter_of_the_characters_rounded_up_and_at_least_one() -> None:

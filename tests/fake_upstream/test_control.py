@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream.harness import FakeUpstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -1,4 +1,4 @@
-"""The harness and `relay fake-upstream` start, serve on loopback only, and stop cleanly."""
+"""The harness and `python -m devtools.fake_upstream` start, serve on loopback only, and stop cleanly."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 import pytest
 import requests
 
-from app.cli import main
-from app.fake_upstream import NotLoopback, ServerThread, check_loopback
-from tests.fake_upstream.harness import ROOT, start_fake_upstream
+from devtools.fake_upstream import NotLoopback, ServerThread, check_loopback
+from devtools.fake_upstream.__main__ import main
+from devtools.fake_upstream.harness import ROOT, start_fake_upstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
@@ -50,7 +50,7 @@ def test_thread_mode_stops_and_frees_its_port() -> None:
 
 def test_the_cli_needs_no_relay_settings() -> None:
     env = {name: value for name, value in os.environ.items() if not name.startswith("RELAY_")}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "fake-upstream", "--port", "0"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "devtools.fake_upstream", "--port", "0"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -70,4 +70,4 @@ def test_only_loopback_addresses_are_served() -> None:
             check_loopback(host)
     with pytest.raises(NotLoopback):
         ServerThread(host="0.0.0.0")
-    assert main(["fake-upstream", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert main(["--host", "0.0.0.0", "--port", "0"]) == 2

@@ -7,8 +7,8 @@ import math
 import openai
 import pytest
 
-from app.fake_upstream import count_tokens, plan_turn
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream import count_tokens, plan_turn
+from devtools.fake_upstream.harness import FakeUpstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

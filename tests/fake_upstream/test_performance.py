@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 import requests
 
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream.harness import FakeUpstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream.harness import FakeUpstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.fake_upstream.harness import start_fake_upstream
-from tests.reliability.stack import Stack, fault_catalog
-from tests.services import ServiceUrls
+from devtools.fake_upstream.harness import start_fake_upstream
+from devtools.services import ServiceUrls
+from devtools.stack import Stack, fault_catalog
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 import pytest
 
+from devtools.stack import MODEL, Stack, fault_catalog
 from tests.fuzz.conftest import error_code
-from tests.reliability.stack import MODEL, Stack, fault_catalog
 
 pytestmark = pytest.mark.integration
 

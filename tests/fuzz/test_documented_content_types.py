@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.reliability.stack import Stack
+from devtools.stack import Stack
 
 pytestmark = pytest.mark.integration
 

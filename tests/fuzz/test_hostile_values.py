@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from devtools.stack import MODEL, Stack
 from tests.fuzz.conftest import error_code
 from tests.fuzz.test_bad_input import ADMIN_JSON_ROUTES, SHAPED_ROUTES, Client
-from tests.reliability.stack import MODEL, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.processes import RelayProcess
-from tests.reliability.stack import Stack
+from devtools.processes import RelayProcess
+from devtools.stack import Stack
 
 pytestmark = pytest.mark.integration
 

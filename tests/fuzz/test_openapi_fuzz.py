@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from devtools.stack import Stack
 from tests.fuzz.conftest import error_code, restore_catalog
-from tests.reliability.stack import Stack
 
 pytestmark = pytest.mark.integration
 

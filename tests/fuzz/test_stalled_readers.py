@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from tests.processes import RelayProcess
-from tests.reliability.stack import Stack
+from devtools.processes import RelayProcess
+from devtools.stack import Stack
 
 pytestmark = pytest.mark.integration
 

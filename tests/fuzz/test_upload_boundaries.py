@@ -14,8 +14,8 @@ import openai
 import pytest
 import requests
 
-from tests.processes import RelayProcess
-from tests.reliability.stack import Stack
+from devtools.processes import RelayProcess
+from devtools.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import requests
 
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess, start_api
 from tests.batches.helpers import wait_for
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from tests.pipeline.conftest import pipeline_catalog
-from tests.processes import RelayProcess, start_api
 
 DEADLINES = {"RELAY_API_HEADER_TIMEOUT_S": "1", "RELAY_API_IO_TIMEOUT_S": "1"}
 LEASED = 200  # the `leased` policy's requests per 3 s window

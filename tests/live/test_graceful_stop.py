@@ -11,11 +11,11 @@ import pytest
 import requests
 
 from app.runtime import Runtime
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.processes import start_api
 from tests.batches.helpers import wait_for
-from tests.fake_upstream.harness import FakeUpstream
 from tests.live.conftest import bearer
 from tests.pipeline.helpers import CHAT
-from tests.processes import start_api
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.processes import ROOT, RelayProcess, start_api
+from devtools.processes import ROOT, RelayProcess, start_api
 
 pytestmark = pytest.mark.integration
 

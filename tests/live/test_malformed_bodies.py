@@ -16,9 +16,9 @@ import pytest
 import requests
 
 from app.settings import Settings
+from devtools.processes import RelayProcess
 from tests.live.test_slow_clients import connect, read_all
 from tests.pipeline.helpers import CHAT
-from tests.processes import RelayProcess
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import requests
 
-from tests.batches.helpers import start_workers, wait_for
+from devtools.processes import RelayProcess, free_port, start_api, start_workers
+from tests.batches.helpers import wait_for
 from tests.live.conftest import LEASED, bearer
 from tests.observability.helpers import parse, value
 from tests.pipeline.helpers import CHAT
-from tests.processes import RelayProcess, free_port, start_api
 
 pytestmark = pytest.mark.integration
 WINDOW_S = 3  # the `leased` policy's window

@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.processes import RelayProcess
 from tests.batches.helpers import wait_for
-from tests.fake_upstream.harness import FakeUpstream
 from tests.live.conftest import bearer
 from tests.pipeline.helpers import CHAT
-from tests.processes import RelayProcess
 
 pytestmark = pytest.mark.integration
 

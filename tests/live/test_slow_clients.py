@@ -15,11 +15,11 @@ import pytest
 import requests
 
 from app.runtime import Runtime
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.processes import RelayProcess
 from tests.batches.helpers import wait_for
-from tests.fake_upstream.harness import FakeUpstream
 from tests.live.conftest import BIG_KEY, bearer
 from tests.pipeline.helpers import CHAT, usage_event
-from tests.processes import RelayProcess
 
 pytestmark = pytest.mark.integration
 PARTIAL = 200  # connections sending half a request

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.batches.helpers import start_workers, submit, wait_finished, wait_for
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess, start_workers
+from tests.batches.helpers import submit, wait_finished, wait_for
 from tests.observability.helpers import scrape, value
-from tests.processes import RelayProcess
 from tests.usage.conftest import CATALOG as USAGE_CATALOG
 from tests.usage.conftest import admin_headers, new_key
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.observability.logs import install_json_logging, log_context, redact, register_secrets
+from app.observability.logs import install_json_logging, log_context
+from app.redaction import redact, register_secrets
 
 SECRETS = [
     "rk_Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWpr",

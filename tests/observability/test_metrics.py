@@ -18,8 +18,8 @@ from app.observability.metrics import (
     start_worker_metrics_server,
 )
 from app.runtime import Runtime
+from devtools.processes import free_port
 from tests.observability.helpers import parse, scrape, value
-from tests.processes import free_port
 from tests.usage.conftest import CATALOG as USAGE_CATALOG
 
 pytestmark = pytest.mark.integration

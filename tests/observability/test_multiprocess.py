@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from devtools.processes import ROOT, start_api
 from tests.observability.helpers import parse, value
-from tests.processes import ROOT, start_api
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import free_port, start_relay
+from devtools.processes import free_port, start_relay
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.pipeline.keyhealth import get_key_health
-from tests.fake_upstream.harness import start_fake_upstream
+from devtools.fake_upstream.harness import start_fake_upstream
 from tests.pipeline.helpers import settle
 
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60, "cached_input_per_mtok": 0.075}

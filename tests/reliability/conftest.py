@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.services import ServiceUrls
+from devtools.stack import Stack
 from tests.reliability.private_services import PrivateServices
-from tests.reliability.stack import Stack
-from tests.services import ServiceUrls
 
 REQUEST_LOG_SIZE = 200_000  # every call of a fault test's batch stays in the fake upstream's log
 

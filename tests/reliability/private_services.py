@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.processes import ROOT, free_port
+from devtools.processes import ROOT, free_port
 
 MQ_BIN = Path("/usr/lib/rabbitmq/bin")
 

@@ -9,7 +9,7 @@ import time
 import psycopg
 import pytest
 
-from tests.reliability.stack import Stack, upstream_key
+from devtools.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

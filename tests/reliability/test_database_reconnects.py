@@ -13,9 +13,9 @@ import psycopg
 import pytest
 import requests
 
-from tests.processes import RelayProcess, free_port
+from devtools.processes import RelayProcess, free_port
+from devtools.stack import Stack
 from tests.reliability.private_services import PrivateServices
-from tests.reliability.stack import Stack
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

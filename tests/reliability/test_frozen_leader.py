@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from app.batches.dispatch import DISPATCH_LOCK
-from tests.reliability.stack import Stack, upstream_key
+from devtools.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.reliability.stack import Stack, item_requests, upstream_key
+from devtools.stack import Stack, item_requests, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

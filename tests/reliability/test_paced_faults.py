@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from devtools.stack import Stack, upstream_key
 from tests.reliability.private_services import PrivateServices
-from tests.reliability.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

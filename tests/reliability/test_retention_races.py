@@ -21,11 +21,11 @@ import openai
 import pytest
 import requests
 
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.processes import RelayProcess
+from devtools.services import ServiceUrls
+from devtools.stack import MODEL, Stack, fault_catalog, upstream_key
 from tests.batches.provider_helpers import jsonl, message, wait_anthropic, wait_openai
-from tests.fake_upstream.harness import FakeUpstream
-from tests.processes import RelayProcess
-from tests.reliability.stack import MODEL, Stack, fault_catalog, upstream_key
-from tests.services import ServiceUrls
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.stack import Stack, upstream_key
+from devtools.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

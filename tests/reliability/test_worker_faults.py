@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.reliability.stack import Stack, upstream_key
+from devtools.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

@@ -13,7 +13,7 @@ import pytest
 from app.batches import outbox, runner, store
 from app.batches.monitor import Heartbeat, reap
 from app.batches.runner import WorkerContext, run_item
-from tests.reliability.stack import Stack
+from devtools.stack import Stack
 
 pytestmark = pytest.mark.integration
 

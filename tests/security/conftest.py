@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.reliability.stack import MODEL, Stack
-from tests.services import ServiceUrls
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.services import ServiceUrls
+from devtools.stack import MODEL, Stack
+from devtools.webhook_receiver import Receiver
 from tests.webhooks.helpers import new_secret
-from tests.webhooks.receiver import Receiver
 
 HOST_KEYS = {name: f"sk-{name}-{secrets.token_urlsafe(24)}" for name in ("main", "spare", "refused")}
 # Webhook secrets: a project's endpoint (and the previous one of a rotation), and a batch's callback.

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from devtools.stack import Stack, item_requests
 from tests.fuzz.test_bad_input import SHAPED_ROUTES
-from tests.reliability.stack import Stack, item_requests
 
 pytestmark = pytest.mark.integration
 

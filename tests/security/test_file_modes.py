@@ -15,8 +15,8 @@ import openai
 import pytest
 import requests
 
+from devtools.stack import MODEL, Stack
 from tests.batches.provider_helpers import jsonl, wait_openai
-from tests.reliability.stack import MODEL, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.reliability.stack import MODEL, Stack, item_requests
+from devtools.stack import MODEL, Stack, item_requests
+from devtools.webhook_receiver import Receiver
 from tests.security.conftest import HOST_KEYS, WEBHOOK_SECRETS
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 

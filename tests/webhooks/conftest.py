@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from tests.processes import RelayProcess, start_api
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.processes import RelayProcess, start_api
+from devtools.services import ServiceUrls, fresh_services
+from devtools.stack import Stack
+from devtools.webhook_receiver import Receiver
 from tests.reliability.conftest import private_services  # noqa: F401  (the RabbitMQ restart test's services)
-from tests.reliability.stack import Stack
-from tests.services import ServiceUrls, fresh_services
 from tests.webhooks.helpers import HOOK_SETTINGS, hooks_catalog
-from tests.webhooks.receiver import Receiver
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,9 @@ import time
 from typing import Any
 from uuid import UUID
 
+from devtools.stack import Stack
+from devtools.webhook_receiver import Received, Receiver
 from tests.batches.provider_helpers import chat, jsonl, message
-from tests.reliability.stack import Stack
-from tests.webhooks.receiver import Received, Receiver
 
 # Fast retries, short timeouts, and the receiver's loopback address allowed (for callbacks and for every delivery).
 HOOK_SETTINGS = {"webhook_allowed_hosts": "127.0.0.1,localhost", "webhook_allowed_networks": "127.0.0.0/8",

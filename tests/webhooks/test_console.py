@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 from selenium.webdriver.common.by import By
 
+from devtools.processes import RelayProcess
+from devtools.stack import Stack
+from devtools.webhook_receiver import Receiver
 from tests.console.browser import ARTIFACTS, Console, start_chromium
 from tests.console.conftest import chromium  # noqa: F401  (the browser fixture)
-from tests.processes import RelayProcess
-from tests.reliability.stack import Stack
 from tests.webhooks.helpers import deliveries, for_batch, submit, wait_delivery
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,9 @@ import pytest
 import requests
 import standardwebhooks
 
-from tests.processes import RelayProcess, free_port
-from tests.reliability.stack import Stack
+from devtools.processes import RelayProcess, free_port
+from devtools.stack import Stack
+from devtools.webhook_receiver import Receiver
 from tests.webhooks.helpers import (
     CALLBACK_SECRET,
     OLD_SECRET,
@@ -25,7 +26,6 @@ from tests.webhooks.helpers import (
     submit,
     wait_delivery,
 )
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from app.webhooks.destinations import (
     refusal,
     resolve_target,
 )
-from tests.reliability.stack import Stack
+from devtools.stack import Stack
+from devtools.webhook_receiver import Receiver
 from tests.webhooks.helpers import PROJECT_SECRET, deliveries, for_batch, submit, wait_delivery
-from tests.webhooks.receiver import Receiver
 
 
 @pytest.mark.integration

@@ -14,8 +14,9 @@ import pytest
 import standardwebhooks
 from openai.types.webhooks import BatchCancelledWebhookEvent, BatchCompletedWebhookEvent, BatchExpiredWebhookEvent
 
-from tests.processes import RelayProcess
-from tests.reliability.stack import Stack
+from devtools.processes import RelayProcess
+from devtools.stack import Stack
+from devtools.webhook_receiver import Receiver
 from tests.webhooks.helpers import (
     PROJECT_SECRET,
     SLOW_KEY,
@@ -26,7 +27,6 @@ from tests.webhooks.helpers import (
     submit,
     submit_anthropic,
 )
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 

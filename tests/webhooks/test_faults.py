@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from app.webhooks.store import INTERRUPTED
-from tests.fake_upstream.harness import FakeUpstream
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.stack import Stack
+from devtools.webhook_receiver import Receiver
 from tests.reliability.private_services import PrivateServices
-from tests.reliability.stack import Stack
 from tests.webhooks.helpers import HOOK_SETTINGS, SLOW_KEY, for_batch, hooks_catalog, submit, wait_delivery
-from tests.webhooks.receiver import Receiver
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

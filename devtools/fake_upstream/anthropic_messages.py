@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.fake_upstream.content import Turn
-from app.fake_upstream.errors import InvalidRequest
-from app.fake_upstream.wire import check_stream_flag, new_id, reply_pieces, sse_event
+from devtools.fake_upstream.content import Turn
+from devtools.fake_upstream.errors import InvalidRequest
+from devtools.fake_upstream.wire import check_stream_flag, new_id, reply_pieces, sse_event
 
 ROLES = ("user", "assistant")
 

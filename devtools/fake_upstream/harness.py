@@ -1,12 +1,12 @@
 """Start the fake upstream for a test and drive it through its control API.
 
 `start_fake_upstream()` serves it on a free loopback port, on a background thread of the test
-process (fast to start) or, with `process=True`, as a `python -m app.fake_upstream` subprocess (no shared
+process (fast to start) or, with `process=True`, as a `python -m devtools.fake_upstream` subprocess (no shared
 GIL with the test: use it for load). Every method goes through the HTTP control API, so both work
 the same. Fixture example::
 
     import pytest
-    from tests.fake_upstream.harness import FakeUpstream, start_fake_upstream
+    from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 
     @pytest.fixture(scope="session")
     def fake_upstream():
@@ -28,7 +28,7 @@ the same. Fixture example::
 
 Host base URL for the catalog: `fake_upstream.url` (no `/v1`; adapters append `/v1/...`).
 SDK base URLs: `fake_upstream.openai_base_url` (with `/v1`) and `fake_upstream.url` for anthropic.
-Expected token counts: `app.fake_upstream.count_tokens` / `plan_turn` (rules in app/fake_upstream/content.py).
+Expected token counts: `devtools.fake_upstream.count_tokens` / `plan_turn` (rules in devtools/fake_upstream/content.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from urllib.parse import quote
 
 import requests
 
-from app.fake_upstream import Behaviour, ServerOptions, ServerThread, UpstreamState
+from devtools.fake_upstream.behaviour import Behaviour, ServerOptions
+from devtools.fake_upstream.runner import ServerThread
+from devtools.fake_upstream.state import UpstreamState
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL_TIMEOUT_S = 10
@@ -127,8 +129,8 @@ def start_fake_upstream(*, process: bool = False, latency_ms: int = 0, strict_ke
 
 def _start_process(latency_ms: int, strict_keys: bool, keys: tuple[str, ...],
                    allow_missing_key: bool) -> FakeUpstream:
-    """Run `python -m app.fake_upstream --port 0` (= `relay fake-upstream`) and read the URL it prints first."""
-    argv = [sys.executable, "-m", "app.fake_upstream", "--port", "0", "--latency-ms", str(latency_ms)]
+    """Run `python -m devtools.fake_upstream --port 0` and read the URL it prints first."""
+    argv = [sys.executable, "-m", "devtools.fake_upstream", "--port", "0", "--latency-ms", str(latency_ms)]
     argv += ["--strict-keys"] * strict_keys + ["--allow-missing-key"] * allow_missing_key
     for key in keys:
         argv += ["--key", key]
@@ -139,5 +141,5 @@ def _start_process(latency_ms: int, strict_keys: bool, keys: tuple[str, ...],
     if "listening on " not in line:
         proc.kill()
         proc.wait(10)
-        raise RuntimeError(f"relay fake-upstream did not start (first line: {line!r})")
+        raise RuntimeError(f"the fake upstream did not start (first line: {line!r})")
     return FakeUpstream(line.rsplit("listening on ", 1)[1].strip(), proc)

@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from app.fake_upstream.behaviour import Behaviour, InvalidControl
-from app.fake_upstream.state import UpstreamState
+from devtools.fake_upstream.behaviour import Behaviour, InvalidControl
+from devtools.fake_upstream.state import UpstreamState
 
 STATE = web.AppKey("fake_upstream_state", UpstreamState)
 PREFIX = "/_control"

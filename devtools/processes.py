@@ -1,4 +1,4 @@
-"""Starting Relay's real processes (API under gunicorn, Dramatiq workers) for integration tests."""
+"""Starting Relay's real processes (API under gunicorn, Dramatiq workers) for integration tests and the bench."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
+
+from app.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 RELAY = [sys.executable, "-m", "app.cli"]
@@ -79,3 +82,24 @@ def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, connectio
         time.sleep(0.1)
     api.stop()
     raise RuntimeError(f"relay api did not become ready:\n{api.log()}")
+
+
+def start_workers(env: dict[str, str], log_dir: Path, runtime: Runtime, *, processes: int = 2, threads: int = 4,
+                  extra: tuple[str, ...] = (), **overrides: Any) -> RelayProcess:
+    """`relay worker` with ENV (+ RELAY_* OVERRIDES, + EXTRA arguments); returns once every process heartbeats."""
+    env = {**env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
+    with runtime.pool.connection() as conn:
+        before = conn.execute("SELECT now() AS t").fetchone()["t"]  # type: ignore[index,call-overload]
+    workers = start_relay(["worker", "-p", str(processes), "-t", str(threads), *extra], env,
+                          log_dir / f"worker-{time.monotonic_ns()}.log")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if workers.proc.poll() is not None:
+            raise RuntimeError(f"relay worker exited early:\n{workers.log()}")
+        with runtime.pool.connection() as conn:
+            row = conn.execute("SELECT count(*) AS n FROM workers WHERE started_at >= %s", (before,)).fetchone()
+        if row and row["n"] >= processes:  # type: ignore[call-overload]
+            return workers
+        time.sleep(0.1)
+    workers.stop()
+    raise RuntimeError(f"relay worker did not start:\n{workers.log()}")

@@ -6,9 +6,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from app.fake_upstream.content import Turn
-from app.fake_upstream.errors import InvalidRequest
-from app.fake_upstream.wire import (
+from devtools.fake_upstream.content import Turn
+from devtools.fake_upstream.errors import InvalidRequest
+from devtools.fake_upstream.wire import (
     check_stream_flag,
     missing_parameter,
     new_id,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from app.fake_upstream.content import USAGE_FIELDS
+from devtools.fake_upstream.content import USAGE_FIELDS
 
 MODES = ("ok", "invalid", "rate_limited", "fail", "hang", "reset", "stream_cut")
 MAX_LATENCY_MS = 3_600_000

@@ -18,12 +18,12 @@ from typing import Any
 
 from aiohttp import web
 
-from app.fake_upstream.access import check_access, per_second_limit, request_key
-from app.fake_upstream.behaviour import Behaviour
-from app.fake_upstream.control import PREFIX, STATE, control_app
-from app.fake_upstream.endpoints import ENDPOINTS, Endpoint
-from app.fake_upstream.errors import ANTHROPIC, InvalidRequest, UpstreamError, error_response, request_id
-from app.fake_upstream.state import CallRecord, UpstreamState
+from devtools.fake_upstream.access import check_access, per_second_limit, request_key
+from devtools.fake_upstream.behaviour import Behaviour
+from devtools.fake_upstream.control import PREFIX, STATE, control_app
+from devtools.fake_upstream.endpoints import ENDPOINTS, Endpoint
+from devtools.fake_upstream.errors import ANTHROPIC, InvalidRequest, UpstreamError, error_response, request_id
+from devtools.fake_upstream.state import CallRecord, UpstreamState
 
 MAX_LOGGED_BODY = 1_000_000  # characters of a non-JSON body kept in the request log
 SHUTDOWN_TIMEOUT_S = 1.0

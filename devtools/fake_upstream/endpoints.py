@@ -6,14 +6,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.fake_upstream.anthropic_messages import message_object, messages_stream, validate_messages
-from app.fake_upstream.behaviour import Behaviour
-from app.fake_upstream.content import Turn, plan_turn
-from app.fake_upstream.embeddings import embeddings_body, models_body, validate_embeddings
-from app.fake_upstream.errors import ANTHROPIC, OPENAI
-from app.fake_upstream.openai_chat import chat_completion, chat_stream, validate_chat
-from app.fake_upstream.openai_responses import response_object, responses_stream, validate_responses
-from app.fake_upstream.wire import new_id
+from devtools.fake_upstream.anthropic_messages import message_object, messages_stream, validate_messages
+from devtools.fake_upstream.behaviour import Behaviour
+from devtools.fake_upstream.content import Turn, plan_turn
+from devtools.fake_upstream.embeddings import embeddings_body, models_body, validate_embeddings
+from devtools.fake_upstream.errors import ANTHROPIC, OPENAI
+from devtools.fake_upstream.openai_chat import chat_completion, chat_stream, validate_chat
+from devtools.fake_upstream.openai_responses import response_object, responses_stream, validate_responses
+from devtools.fake_upstream.wire import new_id
 
 Body = Mapping[str, Any]
 

@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.cluster.harness import Cluster, ClusterStack, TcpProxy, db_now
-from tests.processes import RelayProcess
-from tests.reliability.stack import upstream_key
+from devtools.cluster.harness import Cluster, ClusterStack, TcpProxy, db_now
+from devtools.processes import RelayProcess
+from devtools.stack import upstream_key
 
 
 @dataclass

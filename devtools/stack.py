@@ -16,10 +16,9 @@ from flask import Flask
 
 from app.runtime import Runtime
 from app.settings import Settings
-from tests.batches.helpers import start_workers
-from tests.fake_upstream.harness import FakeUpstream
-from tests.processes import RelayProcess, start_api
-from tests.services import fresh_services
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.processes import RelayProcess, start_api, start_workers
+from devtools.services import fresh_services
 
 # Worker settings for fault tests: liveness noticed within seconds, items stopped after 10 s.
 FAULT_WORKER_SETTINGS = {"batch_item_time_limit_s": 10, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
@@ -27,8 +26,9 @@ SCENARIOS = ("kill", "term", "rabbitmq", "postgres", "api", "hang", "reset", "di
              "dbdrop", "freeze")
 # The paced scenarios' policy: 200 items per 2 s window for batch items (half of 400), slower than the workers.
 PACED = {"rate_limits": [{"requests": 400, "per": "2s"}], "batch": {"pace": True, "share": 0.5}}
-POLICY_EXTRAS = {"paced-kill": PACED, "paced-rabbitmq": PACED,
-                 "dbdrop": {"rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "60s"}]}}
+POLICY_EXTRAS: dict[str, dict[str, Any]] = {
+    "paced-kill": PACED, "paced-rabbitmq": PACED,
+    "dbdrop": {"rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "60s"}]}}
 MODEL = "gpt-4o-mini"
 
 
@@ -90,15 +90,15 @@ class Stack:
         logs = workdir / "logs"
         payloads.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
-        settings = Settings(database_url=database_url, broker_url=broker_url,
-                            admin_token="fault-admin-" + secrets.token_hex(16),
-                            secret_key="fault-secret-" + secrets.token_hex(16), batch_payload_dir=str(payloads),
-                            cache_poll_interval_s=0.2, queue_name=queue_name, **settings)
-        env = settings_env(settings)
-        runtime = Runtime.build(settings)
+        config = Settings(database_url=database_url, broker_url=broker_url,
+                          admin_token="fault-admin-" + secrets.token_hex(16),
+                          secret_key="fault-secret-" + secrets.token_hex(16), batch_payload_dir=str(payloads),
+                          cache_poll_interval_s=0.2, queue_name=queue_name, **settings)
+        env = settings_env(config)
+        runtime = Runtime.build(config)
         from app import create_app
 
-        stack = cls(settings=settings, env=env, runtime=runtime, app=create_app(runtime=runtime), upstream=upstream,
+        stack = cls(settings=config, env=env, runtime=runtime, app=create_app(runtime=runtime), upstream=upstream,
                     logs=logs)
         res = stack.admin("PUT", "/admin/catalog", json=catalog or fault_catalog(upstream.url))
         assert res.status_code == 200, res.get_data(as_text=True)
@@ -138,7 +138,7 @@ class Stack:
                 row = conn.execute("SELECT id, pid FROM workers WHERE pid = ANY(%s) ORDER BY started_at DESC"
                                    " LIMIT 1", (children,)).fetchone()
             if row is not None:
-                return int(row["pid"]), str(row["id"])
+                return int(row["pid"]), str(row["id"])  # type: ignore[call-overload]
             if time.monotonic() > deadline:
                 raise AssertionError(f"no worker process found under pid {workers.proc.pid}")
             time.sleep(0.1)

@@ -12,9 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from app.fake_upstream.content import count_tokens, embedding_inputs
-from app.fake_upstream.errors import InvalidRequest
-from app.fake_upstream.wire import missing_parameter, require_openai_model
+from devtools.fake_upstream.content import count_tokens, embedding_inputs
+from devtools.fake_upstream.errors import InvalidRequest
+from devtools.fake_upstream.wire import missing_parameter, require_openai_model
 
 DEFAULT_DIMENSIONS = 1536
 MAX_DIMENSIONS = 3072

@@ -3,7 +3,7 @@ keeps every POST (path, headers, the exact body bytes, when it arrived) and answ
 (a status, a delay, a Location), so a test can check signatures with the official SDKs and make the receiver fail,
 hang, redirect, or go away and come back on the same port.
 
-    python -m tests.webhooks.receiver --port 8123
+    python -m devtools.webhook_receiver --port 8123
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from tests.processes import ROOT, free_port
+from devtools.processes import ROOT, free_port
 
 _lock = threading.Lock()
 _received: list[dict[str, Any]] = []
@@ -123,7 +123,7 @@ class Receiver:
 
     def start(self) -> Receiver:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.webhooks.receiver", "--port", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "devtools.webhook_receiver", "--port", str(self.port)],
                                      cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

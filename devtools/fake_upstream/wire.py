@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from app.fake_upstream.errors import InvalidRequest
+from devtools.fake_upstream.errors import InvalidRequest
 
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
 WORDS_PER_CHUNK = 2

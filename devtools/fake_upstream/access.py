@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.fake_upstream.behaviour import Behaviour, ServerOptions
-from app.fake_upstream.errors import ANTHROPIC, InvalidRequest, UpstreamError
+from devtools.fake_upstream.behaviour import Behaviour, ServerOptions
+from devtools.fake_upstream.errors import ANTHROPIC, InvalidRequest, UpstreamError
 
 _OPENAI_SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
 

@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 import requests
 
-from tests.processes import ROOT, RelayProcess
-from tests.reliability.stack import Stack
+from devtools.processes import ROOT, RelayProcess
+from devtools.stack import Stack
 
 SCRIPT = ROOT / "scripts" / "cluster.sh"
 
@@ -255,7 +255,7 @@ def finish_times(stack: Stack, batch_id: str) -> list[float]:
     with stack.runtime.pool.connection() as conn:
         rows = conn.execute("SELECT extract(epoch FROM finished_at) AS t FROM batch_items WHERE batch_id = %s"
                             " AND finished_at IS NOT NULL ORDER BY finished_at", (batch_id,)).fetchall()
-    return [float(r["t"]) for r in rows]
+    return [float(r["t"]) for r in rows]  # type: ignore[call-overload]
 
 
 def db_now(stack: Stack) -> float:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from time import monotonic, time
 from typing import Any
 
-from app.fake_upstream.behaviour import Behaviour, ServerOptions
+from devtools.fake_upstream.behaviour import Behaviour, ServerOptions
 
 NO_KEY = "(none)"  # how calls without a key are counted
 _DEFAULT = object()  # the `times` slot of the default behaviour

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from app.fake_upstream.server import create_app, start_site
-from app.fake_upstream.state import UpstreamState
+from devtools.fake_upstream.server import create_app, start_site
+from devtools.fake_upstream.state import UpstreamState
 
 
 class NotLoopback(ValueError):
