@@ -9,7 +9,7 @@ RUN pip install --no-cache-dir "$(grep '^aiohttp==' requirements-dev.txt)"
 COPY devtools/__init__.py ./devtools/
 COPY devtools/fake_upstream ./devtools/fake_upstream
 EXPOSE 9100
-CMD ["python", "-m", "devtools.fake_upstream", "--host", "0.0.0.0", "--port", "9100"]
+CMD ["python", "-m", "devtools.fake_upstream", "--host", "0.0.0.0", "--any-address", "--port", "9100"]
 
 FROM python:3.11-slim AS relay
 WORKDIR /srv/relay

@@ -17,6 +17,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="A fake OpenAI/Anthropic server for the demo, tests and "
                                 "benchmarks. Control it at run time through /_control/.")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
+    p.add_argument("--any-address", action="store_true",
+                   help="allow a non-loopback --host (inside a container only: it answers any key)")
     p.add_argument("--port", type=int, default=9100, help="port (default 9100; 0 picks a free one)")
     p.add_argument("--latency-ms", type=int, default=0, help="latency added to every call (global)")
     p.add_argument("--default-latency-ms", type=int, default=0,
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fake upstream listening on {url}", flush=True)
 
     try:
-        run_server(args.host, args.port, state, on_ready=ready)
+        run_server(args.host, args.port, state, on_ready=ready, any_address=args.any_address)
     except NotLoopback as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

@@ -36,9 +36,11 @@ def base_url(host: str, port: int) -> str:
 
 
 def run_server(host: str, port: int, state: UpstreamState | None = None,
-               on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM; `on_ready(url)` is called once the port is bound."""
-    check_loopback(host)
+               on_ready: Callable[[str], None] | None = None, any_address: bool = False) -> None:
+    """Serve until SIGINT or SIGTERM; `on_ready(url)` is called once the port is bound. Loopback addresses only
+    unless ANY_ADDRESS (a container's network, where loopback is the container's own)."""
+    if not any_address:
+        check_loopback(host)
 
     async def serve() -> None:
         runner, bound = await start_site(create_app(state), host, port)

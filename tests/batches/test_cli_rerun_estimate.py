@@ -15,7 +15,7 @@ import pytest
 
 from tests.batches.helpers import CHAT
 from tests.batches.test_cli_output import _jsonl, cli
-from tests.processes import ROOT
+from devtools.processes import ROOT
 
 pytestmark = pytest.mark.integration
 

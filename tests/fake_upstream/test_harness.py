@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 import requests
 
 from devtools.fake_upstream import NotLoopback, ServerThread, check_loopback
-from devtools.fake_upstream.__main__ import main
+from devtools.fake_upstream.__main__ import main, parser
 from devtools.fake_upstream.harness import ROOT, start_fake_upstream
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
@@ -71,3 +72,14 @@ def test_only_loopback_addresses_are_served() -> None:
     with pytest.raises(NotLoopback):
         ServerThread(host="0.0.0.0")
     assert main(["--host", "0.0.0.0", "--port", "0"]) == 2
+
+
+
+def test_the_compose_image_command_is_one_the_fake_upstream_accepts() -> None:
+    """Inside its container the fake upstream must listen beyond the container's own loopback (the API reaches it
+    at fake-upstream:9100): the image's command asks for that explicitly. (Not started here: this machine may only
+    listen on loopback.)"""
+    cmd = next(line for line in (ROOT / "Dockerfile").read_text().splitlines()
+               if line.startswith('CMD ["python", "-m", "devtools.fake_upstream"'))
+    args = parser().parse_args(json.loads(cmd.removeprefix("CMD "))[3:])
+    assert args.host == "0.0.0.0" and args.any_address
