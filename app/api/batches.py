@@ -1,6 +1,6 @@
 """Batches: submit (202), read, list, stream results, cancel, delete. Only the submitter sees a batch (else 404).
 
-The same routes serve OpenAI's Batch API (app/api/openai_batches.py): a body naming `input_file_id` is OpenAI's
+The same routes serve OpenAI's Batch API (app/api/compat/openai_batches.py): a body naming `input_file_id` is OpenAI's
 create; the list is OpenAI's unless `format=relay`; a batch created through the OpenAI API (or named `batch_...`)
 is read and cancelled in OpenAI's format unless `format=relay`."""
 
@@ -12,18 +12,19 @@ from flask import Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
-from app.api import openai_batches
 from app.api.bodies import read_body
 from app.api.callers import request_caller
+from app.api.compat import openai_batches
+from app.api.compat.common import answer
 from app.api.openapi import error_answers
-from app.api.provider_common import answer
 from app.auth_model import Caller
-from app.batches import openai_view, service
+from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
 from app.batches.rerun import KEEP, rerun_batch
-from app.batches.views import openai_batch_id
+from app.compat import openai_view
+from app.compat.views import openai_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (

@@ -17,15 +17,16 @@ from uuid import UUID
 from marshmallow import ValidationError
 
 from app.auth_model import Caller
-from app.batches import anthropic_view, budget, openai_files, openai_view, rerun_store, service, store
+from app.batches import budget, rerun_store, service, store
 from app.batches.errors import BatchNotFinished, BatchNotFound, InvalidBatch, NothingToRerun
 from app.batches.origin import BatchOrigin, Rerun
-from app.batches.views import openai_batch_id, parse_batch_id
+from app.compat import anthropic_view, openai_files, openai_view
+from app.compat.files.disk import StagedFile
+from app.compat.views import openai_batch_id, parse_batch_id
 from app.errors import ServiceUnavailable, ValidationFailed
-from app.files.disk import StagedFile
 from app.payloads import PayloadMissing
 from app.runtime import Runtime
-from schemas.provider_batches import OpenAIBatchCreateSchema
+from schemas.compat import OpenAIBatchCreateSchema
 
 KEEP: Any = object()  # an option left out of the re-run body: the source batch's value is kept
 

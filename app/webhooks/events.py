@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from app.batches.views import anthropic_batch_id, openai_batch_id, rfc3339, unix
+from app.compat.views import anthropic_batch_id, openai_batch_id, rfc3339, unix
 from app.webhooks import store
 
 Row = dict[str, Any]

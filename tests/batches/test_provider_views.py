@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
-from app.batches.provider_input import from_anthropic_body, from_openai_jsonl
-from app.batches.views import (
+from app.compat.inputs import from_anthropic_body, from_openai_jsonl
+from app.compat.views import (
     anthropic_batch,
     anthropic_result_line,
     openai_batch,

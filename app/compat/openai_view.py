@@ -12,13 +12,14 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import provider, provider_store, store
+from app.batches import provider_store, store
 from app.batches.origin import Rerun
-from app.batches.provider_errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
-from app.batches.provider_input import from_openai_jsonl
-from app.batches.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
-from app.files import store as files_store
-from app.files.disk import FileBytesMissing, FileDisk
+from app.compat import provider
+from app.compat.errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
+from app.compat.files import store as files_store
+from app.compat.files.disk import FileBytesMissing, FileDisk
+from app.compat.inputs import from_openai_jsonl
+from app.compat.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
 from app.runtime import Runtime
 from app.webhooks.callbacks import callback_columns
 

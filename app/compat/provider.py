@@ -17,8 +17,8 @@ from app.auth_model import Caller
 from app.batches import provider_store, service, store
 from app.batches.errors import BatchAlreadyFinished, BatchNotFound, InvalidBatch
 from app.batches.origin import BatchOrigin, Rerun
-from app.batches.provider_input import ProviderBatch
-from app.batches.views import parse_batch_id
+from app.compat.inputs import ProviderBatch
+from app.compat.views import parse_batch_id
 from app.runtime import Runtime
 
 Row = dict[str, Any]

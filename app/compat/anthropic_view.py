@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.auth_model import Caller
-from app.batches import provider, service
+from app.batches import service
 from app.batches.errors import BatchNotEnded
 from app.batches.origin import Rerun
-from app.batches.provider_input import from_anthropic_body
-from app.batches.views import anthropic_batch, anthropic_batch_id, anthropic_cut_line, anthropic_result_line
+from app.compat import provider
+from app.compat.inputs import from_anthropic_body
+from app.compat.views import anthropic_batch, anthropic_batch_id, anthropic_cut_line, anthropic_result_line
 from app.errors import ValidationFailed
 from app.runtime import Runtime
 

@@ -9,15 +9,15 @@ from typing import Any
 from uuid import UUID
 
 from app.auth_model import Caller
-from app.batches.openai_view import file_disk, result_lines
-from app.batches.provider_errors import FileNotFound, FileTooLarge, UnsupportedPurpose
 from app.batches.service import cut_visibly
 from app.batches.validation import text_problem
-from app.batches.views import openai_cut_line, openai_file, parse_file_id
+from app.compat.errors import FileNotFound, FileTooLarge, UnsupportedPurpose
+from app.compat.files import store
+from app.compat.files.disk import FileBytesMissing, StagedFile
+from app.compat.files.store import Conn, Row
+from app.compat.openai_view import file_disk, result_lines
+from app.compat.views import openai_cut_line, openai_file, parse_file_id
 from app.errors import ValidationFailed
-from app.files import store
-from app.files.disk import FileBytesMissing, StagedFile
-from app.files.store import Conn, Row
 from app.runtime import Runtime
 
 READ_CHUNK = 1 << 20
