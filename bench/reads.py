@@ -64,13 +64,16 @@ def _openai_reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) ->
 
 def _as_openai_batch(env: BenchEnv, batch_id: str) -> None:
     """Make BATCH_ID look created through the OpenAI Batch API (its columns, custom_ids and result files, as the
-    OpenAI create records them): past OpenAI's 50,000-line input limit, so not through the API itself."""
+    OpenAI create records them; past OpenAI's 50,000-line input limit, so not through the API itself), its items
+    counted as completed: the batch an OpenAI SDK polls, finished on the first read."""
     env.conn.execute("UPDATE batches SET api = 'openai', endpoint = '/v1/chat/completions', completion_window = '24h'"
                      " WHERE id = %s", (batch_id,))
     env.conn.execute("UPDATE batch_items SET custom_id = 'request-' || idx WHERE batch_id = %s", (batch_id,))
     env.conn.execute("INSERT INTO files (id, owner, purpose, kind, filename, batch_id) SELECT gen_random_uuid(),"
                      " owner, 'batch_output', kind, 'batch_' || replace(id::text, '-', '') || '_' || kind || '.jsonl',"
                      " id FROM batches, unnest(ARRAY['output', 'error']) AS kind WHERE id = %s", (batch_id,))
+    env.conn.execute("INSERT INTO batch_progress (batch_id, counter, completed) SELECT id, 'bench', total FROM batches"
+                     " WHERE id = %s", (batch_id,))  # the counters agree with the items made completed
     env.conn.execute("VACUUM ANALYZE batch_items")
 
 

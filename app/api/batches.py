@@ -22,8 +22,9 @@ from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
-from app.batches.rerun import KEEP, rerun_batch
+from app.batches.rerun import KEEP, plan_rerun, submit_rerun
 from app.compat import openai_view
+from app.compat.rerun import RERUNS
 from app.compat.views import openai_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
@@ -119,10 +120,13 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
 @blp.response(200, BatchSchema)
 def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    if _openai_view(caller, batch_id, args["format"]):
+    if _openai_named(batch_id, args["format"]):
         return openai_batches.get_answer(caller, batch_id)
-    return service.get_batch(_runtime(), caller, batch_id, state=args["state"], after=args["after"],
-                             limit=args["limit"], custom_id=args["custom_id"])
+    row = service.find_batch(_runtime(), caller, batch_id)  # its `api` decides the view: no other read
+    if args["format"] is None and row["api"] == openai_view.API:
+        return openai_batches.row_answer(row)
+    return service.batch_object(_runtime(), row, state=args["state"], after=args["after"], limit=args["limit"],
+                                custom_id=args["custom_id"])
 
 
 @blp.route("/<batch_id>/items/<idx>", methods=["GET"])
@@ -161,7 +165,8 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, m
 @blp.response(200, BatchSchema)
 def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    if _openai_view(caller, batch_id, args["format"]):
+    if _openai_named(batch_id, args["format"]) or (
+            args["format"] is None and service.find_batch(_runtime(), caller, batch_id)["api"] == openai_view.API):
         return openai_batches.cancel_answer(caller, batch_id)
     return service.cancel_batch(_runtime(), caller, batch_id)
 
@@ -181,19 +186,21 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(202, BatchSchema)
 def rerun(args: dict[str, Any], body: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    new_id, api = rerun_batch(_runtime(), caller, batch_id, codes=body.get("codes"),
-                              metadata=body.get("metadata", KEEP), max_cost=body.get("max_cost", KEEP))
+    plan = plan_rerun(_runtime(), caller, batch_id, codes=body.get("codes"), metadata=body.get("metadata", KEEP),
+                      max_cost=body.get("max_cost", KEEP))
+    api = plan.source["api"]
+    new_id = RERUNS.get(api, submit_rerun)(_runtime(), caller, plan)
     if (args["format"] or ("openai" if api == "openai" else "relay")) == "openai":
         return answer("openai", lambda: openai_view.get_batch(_runtime(), caller, openai_batch_id(new_id)),
                       status=202)
     return service.get_batch(_runtime(), caller, str(new_id), limit=0), 202
 
 
-def _openai_view(caller: Caller, batch_id: str, requested: str | None) -> bool:
-    """Whether to answer in OpenAI's format: asked for, or by default for `batch_` ids and OpenAI's batches."""
-    if requested is not None:
-        return requested == "openai"
-    return batch_id.startswith("batch_") or openai_batches.is_openai_batch(caller, batch_id)
+def _openai_named(batch_id: str, requested: str | None) -> bool:
+    """Whether to answer in OpenAI's format whatever the batch: asked for, or by default for a `batch_` id (an
+    OpenAI SDK's). Otherwise the batch's `api` decides: OpenAI's batches are answered in OpenAI's format unless
+    `format=relay`."""
+    return requested == "openai" if requested is not None else batch_id.startswith("batch_")
 
 
 @blp.route("/<batch_id>", methods=["DELETE"])

@@ -15,7 +15,7 @@ from app.api.callers import request_caller
 from app.api.compat.common import SMALL_BODY, answer, json_object, load_object, routes, runtime, shape_errors
 from app.api.openapi import error_answers
 from app.auth_model import Caller
-from app.compat import openai_files, openai_view, provider
+from app.compat import openai_files, openai_view
 from app.compat.errors import FileTooLarge, FormTooLarge
 from app.compat.files.disk import FileDisk, StagedFile
 from app.compat.openai_view import file_disk
@@ -199,6 +199,6 @@ def list_answer(caller: Caller, after: str | None, limit: int) -> ResponseReturn
     return answer("openai", lambda: openai_view.list_batches(runtime(), caller, after=after, limit=limit))
 
 
-def is_openai_batch(caller: Caller, batch_id: str) -> bool:
-    """Whether BATCH_ID names one of the caller's batches created through the OpenAI API."""
-    return provider.created_through(runtime(), caller, batch_id, openai_view.API)
+def row_answer(row: dict[str, Any]) -> ResponseReturnValue:
+    """The OpenAI batch of a row already read through `GET /v1/batches/{id}`, in OpenAI's format."""
+    return answer("openai", lambda: openai_view.batch_of_row(runtime(), row))
