@@ -1,6 +1,7 @@
 """The import rules of docs/architecture.md, read from the source: imports run one way (actors → app → adapters,
-schemas; inside app, access → credentials → catalog), and no two modules import each other, directly or round a
-loop, even from inside a function or behind TYPE_CHECKING."""
+schemas; inside app, access → credentials → catalog; the provider-compatible APIs (app/compat, app/api/compat) on
+top of the engine, which never imports them), and no two modules import each other, directly or round a loop, even
+from inside a function or behind TYPE_CHECKING."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("app", "actors", "adapters", "schemas")
+COMPAT = ("app.compat", "app.api.compat")  # the OpenAI- and Anthropic-compatible batch APIs
+COMPAT_USERS = ("app.compat", "app.api")  # who may import them: themselves, and the blueprints that route to them
 
 
 def _modules() -> dict[str, Path]:
@@ -46,10 +49,16 @@ def _top(module: str, depth: int = 1) -> str:
     return ".".join(module.split(".")[:depth])
 
 
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
 def _wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     wrong = []
     for module, targets in graph.items():
         for target in targets:
+            if _within(target, COMPAT) and not _within(module, COMPAT_USERS):
+                wrong.append((module, target))
             if _top(module) == "app" and _top(target) == "actors":
                 wrong.append((module, target))
             if _top(module) in ("adapters", "schemas") and _top(target) in ("app", "actors"):
@@ -91,6 +100,25 @@ def test_the_layers_import_one_way() -> None:
     assert not _wrong_way(graph), f"imports against the layering: {_wrong_way(graph)}"
 
 
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_the_engine_never_reaches_the_compatible_apis_through_any_chain_of_imports() -> None:
+    graph = _graph()
+    engine = [m for m in graph if not _within(m, ("app.api", "app.compat", "app.commands", "app.cli"))
+              and _top(m) == "app" and m != "app"]
+    assert "app.batches.service" in engine and "app.batches.finals" in engine and "app.webhooks.events" in engine
+    reaching = {m: sorted(t for t in _reachable(graph, m) if _within(t, COMPAT)) for m in engine}
+    wrong = {m: found for m, found in reaching.items() if found}
+    assert not wrong, f"engine modules that reach app.compat: {wrong}"
+
+
 def test_no_import_cycles_between_modules() -> None:
     cycles = _cycles(_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
@@ -99,14 +127,16 @@ def test_no_import_cycles_between_modules() -> None:
 def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_import(tmp_path: Path) -> None:
     sources = {"app.catalog.x": "from app.credentials import y\n",
                "app.credentials.y": "def f():\n    import app.catalog.x\n",
-               "app.batches.z": "from actors.boot import thing\n"}
-    known = set(sources) | {"actors.boot"}
+               "app.batches.z": "from actors.boot import thing\nfrom app.compat.views import openai_batch\n"}
+    known = set(sources) | {"actors.boot", "app.compat.views"}
     graph = {}
     for name, text in sources.items():
         path = tmp_path / f"{name}.py"
         path.write_text(text)
         graph[name] = _imports(name, path, known)
-    graph["actors.boot"] = set()
+    graph["actors.boot"] = graph["app.compat.views"] = set()
     assert graph["app.catalog.x"] == {"app.credentials.y"} and graph["app.credentials.y"] == {"app.catalog.x"}
     assert _cycles(graph) == [["app.catalog.x", "app.credentials.y", "app.catalog.x"]]
-    assert _wrong_way(graph) == [("app.batches.z", "actors.boot"), ("app.catalog.x", "app.credentials.y")]
+    assert _wrong_way(graph) == [("app.batches.z", "actors.boot"), ("app.batches.z", "app.compat.views"),
+                                 ("app.catalog.x", "app.credentials.y")]
+    assert _reachable(graph, "app.catalog.x") == {"app.catalog.x", "app.credentials.y"}
