@@ -125,7 +125,7 @@ def anthropic_result_line(item: ResultItem) -> bytes:
 
 def openai_cut_line(cut: RelayError) -> bytes:
     """The last line of an output or error file a delete cut short: no request's, an error saying so."""
-    error = {"code": cut.code, "message": cut.message}
+    error = cut.to_dict()["error"]  # Relay's error object: code and message
     return _jsonl({"id": None, "custom_id": None, "response": None, "error": error})
 
 
