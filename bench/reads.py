@@ -35,7 +35,8 @@ def reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
             floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(sizes.read_gets)]
             results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(gets) * 1000, "ms",
                         target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
-            rate, streamed, growth = _stream_results(env, session, batch_id, headers)
+            rate, streamed, growth = _stream_results(env, session, batch_id, headers,
+                                                     f"/v1/batches/{batch_id}/results")
             bare = read_results_bare(env.conn, batch_id, env.work / "payloads" / batch_id)
             results.add("reads", f"{label}: results streamed", rate, "items/s", target=(">=", 100_000),
                         baseline=bare, baseline_name="SELECT + read the segment")
@@ -47,9 +48,11 @@ def reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
 
 def _openai_reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     """p50 of GET /v1/batches/{id} of a finished READS_ITEMS batch created through the OpenAI-compatible API (the
-    poll of an OpenAI SDK: the batch answered in OpenAI's format)."""
+    poll of an OpenAI SDK: the batch answered in OpenAI's format), and its output file streamed in items/s."""
     batch_id = _finished_batch(env, sizes.reads_items)
     _as_openai_batch(env, batch_id)
+    found = env.conn.execute("SELECT id FROM files WHERE batch_id = %s AND kind = 'output'", (batch_id,)).fetchone()
+    output = f"file-{found[0].hex}" if found else ""
     headers = {"Authorization": f"Bearer {env.keys['fast']}"}
     label = f"{sizes.reads_items:,}-item OpenAI batch"
     with requests.Session() as session:
@@ -59,6 +62,10 @@ def _openai_reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) ->
             floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(sizes.read_gets)]
             results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(gets) * 1000, "ms",
                         target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
+            rate, _, _ = _stream_results(env, session, batch_id, headers, f"/v1/files/{output}/content")
+            bare = read_results_bare(env.conn, batch_id, env.work / "payloads" / batch_id)
+            results.add("reads", f"{label}: output file streamed", rate, "items/s", target=(">=", 100_000),
+                        baseline=bare, baseline_name="SELECT + read the segment")
     env.forget_batch(batch_id)
 
 
@@ -95,17 +102,17 @@ def _finished_batch(env: BenchEnv, count: int) -> str:
     return batch_id
 
 
-def _stream_results(env: BenchEnv, session: requests.Session, batch_id: str,
-                    headers: dict[str, str]) -> tuple[float, int, float]:
-    """(items/s, bytes streamed, the API workers' peak memory growth in bytes) of one full results download."""
+def _stream_results(env: BenchEnv, session: requests.Session, batch_id: str, headers: dict[str, str],
+                    path: str) -> tuple[float, int, float]:
+    """(items/s, bytes streamed, the API workers' peak memory growth in bytes) of one full download of PATH, every
+    result of the batch."""
     pids = env.api_workers()
     rss = {pid: sysstat.memory_kb(pid, "VmRSS") for pid in pids}
     for pid in pids:
         sysstat.reset_peak(pid)
     started = time.perf_counter()
     size = 0
-    with session.get(f"{env.api_url}/v1/batches/{batch_id}/results", headers=headers, stream=True,
-                     timeout=600) as res:
+    with session.get(env.api_url + path, headers=headers, stream=True, timeout=600) as res:
         res.raise_for_status()
         for chunk in res.iter_content(chunk_size=1 << 16):
             size += len(chunk)
