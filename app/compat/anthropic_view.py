@@ -63,5 +63,5 @@ def results(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     row, _counts = provider.load(runtime, caller, text_id, API)
     if row["finished_at"] is None:
         raise BatchNotEnded(message="results are available once the batch's processing has ended")
-    return service.cut_visibly((anthropic_result_line(item) for item in provider.outcomes(runtime, caller, row["id"])),
-                               anthropic_cut_line)
+    lines = (anthropic_result_line(item) for item in provider.outcomes(runtime, caller, row["id"]))
+    return provider.joined(service.cut_visibly(lines, anthropic_cut_line))

@@ -16,6 +16,7 @@ from app.compat.files import store
 from app.compat.files.disk import FileBytesMissing, StagedFile
 from app.compat.files.store import Conn, Row
 from app.compat.openai_view import file_disk, result_lines
+from app.compat.provider import joined
 from app.compat.views import openai_cut_line, openai_file, parse_file_id
 from app.errors import ValidationFailed
 from app.runtime import Runtime
@@ -90,7 +91,7 @@ def content(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     """The file's bytes, in chunks; access is checked before the first one."""
     row = _row(runtime, caller, text_id)
     if row["kind"] != "upload":
-        return cut_visibly(result_lines(runtime, caller, row["batch_id"], row["kind"]), openai_cut_line)
+        return joined(cut_visibly(result_lines(runtime, caller, row["batch_id"], row["kind"]), openai_cut_line))
     try:
         handle = file_disk(runtime).open(row["id"])
     except FileBytesMissing as exc:

@@ -22,6 +22,7 @@ from app.compat.views import parse_batch_id
 from app.runtime import Runtime
 
 Row = dict[str, Any]
+STREAM_CHUNK = 1 << 16  # bytes of result lines per chunk of a streamed answer
 
 
 @dataclass
@@ -96,6 +97,20 @@ def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[Resul
     payload store's layout); access is checked before the first item, so a caller who may not read the batch gets
     BatchNotFound right away; a delete that cuts them short raises service.ResultsCut (see service.cut_visibly)."""
     return service.result_items(runtime, caller, batch_id)
+
+
+def joined(lines: Iterator[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
+    """LINES joined into chunks of about SIZE bytes: a response streams a few large writes, not one per line."""
+    held: list[bytes] = []
+    length = 0
+    for line in lines:
+        held.append(line)
+        length += len(line)
+        if length >= size:
+            yield b"".join(held)
+            held, length = [], 0
+    if held:
+        yield b"".join(held)
 
 
 def _counted(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> dict[UUID, dict[str, int]]:
