@@ -7,9 +7,8 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from uuid import UUID, uuid4
 
 import psycopg
@@ -345,8 +344,7 @@ def open_result_chunks(runtime: Runtime, caller: Caller | None, batch_id: str, *
     return _stream_results(runtime, row["id"], row["total"], jsonl=jsonl)
 
 
-@dataclass(frozen=True, slots=True)
-class ResultItem:
+class ResultItem(NamedTuple):
     """One item's outcome as stored: RESPONSE is a completed item's stored response bytes (None where this replica
     cannot see them), STATUS the status of the usage event of an item that did not complete."""
 
