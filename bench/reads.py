@@ -1,5 +1,5 @@
-"""Reads on a large finished batch: GET /v1/batches/{id} latency and streaming every result, with the API's
-memory watched."""
+"""Reads on a large finished batch: GET /v1/batches/{id} latency (of a Relay batch, and of an OpenAI-compatible one)
+and streaming every result, with the API's memory watched."""
 
 from __future__ import annotations
 
@@ -35,13 +35,53 @@ def reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
             floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(sizes.read_gets)]
             results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(gets) * 1000, "ms",
                         target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
-            rate, streamed, growth = _stream_results(env, session, batch_id, headers)
+            rate, streamed, growth = _stream_results(env, session, batch_id, headers,
+                                                     f"/v1/batches/{batch_id}/results")
             bare = read_results_bare(env.conn, batch_id, env.work / "payloads" / batch_id)
             results.add("reads", f"{label}: results streamed", rate, "items/s", target=(">=", 100_000),
                         baseline=bare, baseline_name="SELECT + read the segment")
             results.add("reads", f"{label}: API memory growth while streaming ÷ results size "
                                  f"({streamed / 2**20:.0f} MiB)", growth / streamed, "x", target=("<=", 0.1))
     env.forget_batch(batch_id)
+    _openai_reads(env, sizes, repeat, results)
+
+
+def _openai_reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """p50 of GET /v1/batches/{id} of a finished READS_ITEMS batch created through the OpenAI-compatible API (the
+    poll of an OpenAI SDK: the batch answered in OpenAI's format), and its output file streamed in items/s."""
+    batch_id = _finished_batch(env, sizes.reads_items)
+    _as_openai_batch(env, batch_id)
+    found = env.conn.execute("SELECT id FROM files WHERE batch_id = %s AND kind = 'output'", (batch_id,)).fetchone()
+    output = f"file-{found[0].hex}" if found else ""
+    headers = {"Authorization": f"Bearer {env.keys['fast']}"}
+    label = f"{sizes.reads_items:,}-item OpenAI batch"
+    with requests.Session() as session:
+        for _ in range(repeat):
+            gets = [_timed(lambda: session.get(f"{env.api_url}/v1/batches/{batch_id}", headers=headers, timeout=60))
+                    for _ in range(sizes.read_gets)]
+            floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(sizes.read_gets)]
+            results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(gets) * 1000, "ms",
+                        target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
+            rate, _, _ = _stream_results(env, session, batch_id, headers, f"/v1/files/{output}/content")
+            bare = read_results_bare(env.conn, batch_id, env.work / "payloads" / batch_id)
+            results.add("reads", f"{label}: output file streamed", rate, "items/s", target=(">=", 100_000),
+                        baseline=bare, baseline_name="SELECT + read the segment")
+    env.forget_batch(batch_id)
+
+
+def _as_openai_batch(env: BenchEnv, batch_id: str) -> None:
+    """Make BATCH_ID look created through the OpenAI Batch API (its columns, custom_ids and result files, as the
+    OpenAI create records them; past OpenAI's 50,000-line input limit, so not through the API itself), its items
+    counted as completed: the batch an OpenAI SDK polls, finished on the first read."""
+    env.conn.execute("UPDATE batches SET api = 'openai', endpoint = '/v1/chat/completions', completion_window = '24h'"
+                     " WHERE id = %s", (batch_id,))
+    env.conn.execute("UPDATE batch_items SET custom_id = 'request-' || idx WHERE batch_id = %s", (batch_id,))
+    env.conn.execute("INSERT INTO files (id, owner, purpose, kind, filename, batch_id) SELECT gen_random_uuid(),"
+                     " owner, 'batch_output', kind, 'batch_' || replace(id::text, '-', '') || '_' || kind || '.jsonl',"
+                     " id FROM batches, unnest(ARRAY['output', 'error']) AS kind WHERE id = %s", (batch_id,))
+    env.conn.execute("INSERT INTO batch_progress (batch_id, counter, completed) SELECT id, 'bench', total FROM batches"
+                     " WHERE id = %s", (batch_id,))  # the counters agree with the items made completed
+    env.conn.execute("VACUUM ANALYZE batch_items")
 
 
 BENCH_SEGMENT = "responses-0-be7c4000-0.seg"  # named like a worker process's segment
@@ -62,17 +102,17 @@ def _finished_batch(env: BenchEnv, count: int) -> str:
     return batch_id
 
 
-def _stream_results(env: BenchEnv, session: requests.Session, batch_id: str,
-                    headers: dict[str, str]) -> tuple[float, int, float]:
-    """(items/s, bytes streamed, the API workers' peak memory growth in bytes) of one full results download."""
+def _stream_results(env: BenchEnv, session: requests.Session, batch_id: str, headers: dict[str, str],
+                    path: str) -> tuple[float, int, float]:
+    """(items/s, bytes streamed, the API workers' peak memory growth in bytes) of one full download of PATH, every
+    result of the batch."""
     pids = env.api_workers()
     rss = {pid: sysstat.memory_kb(pid, "VmRSS") for pid in pids}
     for pid in pids:
         sysstat.reset_peak(pid)
     started = time.perf_counter()
     size = 0
-    with session.get(f"{env.api_url}/v1/batches/{batch_id}/results", headers=headers, stream=True,
-                     timeout=600) as res:
+    with session.get(env.api_url + path, headers=headers, stream=True, timeout=600) as res:
         res.raise_for_status()
         for chunk in res.iter_content(chunk_size=1 << 16):
             size += len(chunk)

@@ -12,6 +12,18 @@ BATCH_PREFIXES = ("batch_", "msgbatch_")
 FILE_PREFIX = "file-"
 
 
+def openai_batch_id(batch_id: UUID) -> str:
+    return f"batch_{batch_id.hex}"
+
+
+def anthropic_batch_id(batch_id: UUID) -> str:
+    return f"msgbatch_{batch_id.hex}"
+
+
+def file_id(value: UUID) -> str:
+    return f"{FILE_PREFIX}{value.hex}"
+
+
 def parse_batch_id(text: str) -> UUID | None:
     """The batch behind `batch_<hex>`, `msgbatch_<hex>` or a plain UUID; None for anything else."""
     for prefix in BATCH_PREFIXES:

@@ -1,5 +1,6 @@
 """The import rules of docs/architecture.md, read from the source: imports run one way (tests, bench → devtools →
-actors → app → adapters, schemas; inside app, access → credentials → catalog), the runtime packages never import
+actors → app → adapters, schemas; inside app, access → credentials → catalog; the provider-compatible APIs
+(app/compat, app/api/compat) on top of the engine, which never imports them), the runtime packages never import
 the scaffolding (devtools, tests, bench) nor a package they sit in, the foundation (runtime, db, errors, redaction)
 imports no package of app, the bench never imports tests, and no two modules import each other, directly or round
 a loop, even from inside a function or behind TYPE_CHECKING."""
@@ -20,6 +21,8 @@ SCAFFOLDING = ("devtools", "tests", "bench")  # the demo and test scaffolding, t
 # What every process builds first; the domain packages (observability, batches, ...) import it, never the reverse.
 FOUNDATION = ("app.runtime", "app.db", "app.errors", "app.redaction")
 PACKAGES = RUNTIME + SCAFFOLDING
+COMPAT = ("app.compat", "app.api.compat")  # the OpenAI- and Anthropic-compatible batch APIs
+COMPAT_USERS = ("app.compat", "app.api")  # who may import them: themselves, and the blueprints that route to them
 
 
 def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -57,10 +60,16 @@ def _top(module: str, depth: int = 1) -> str:
     return ".".join(module.split(".")[:depth])
 
 
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
 def _wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     wrong = []
     for module, targets in graph.items():
         for target in targets:
+            if _within(target, COMPAT) and _top(module) in RUNTIME and not _within(module, COMPAT_USERS):
+                wrong.append((module, target))
             if _top(module) == "app" and _top(target) == "actors":
                 wrong.append((module, target))
             if _top(module) in RUNTIME and _top(target) in SCAFFOLDING:
@@ -171,6 +180,25 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_the_engine_never_reaches_the_compatible_apis_through_any_chain_of_imports() -> None:
+    graph = _graph()
+    engine = [m for m in graph if not _within(m, ("app.api", "app.compat", "app.commands", "app.cli"))
+              and _top(m) == "app" and m != "app"]
+    assert "app.batches.service" in engine and "app.batches.finals" in engine and "app.webhooks.events" in engine
+    reaching = {m: sorted(t for t in _reachable(graph, m) if _within(t, COMPAT)) for m in engine}
+    wrong = {m: found for m, found in reaching.items() if found}
+    assert not wrong, f"engine modules that reach app.compat: {wrong}"
+
+
 def test_no_import_cycles_between_modules() -> None:
     cycles = _cycles(_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
@@ -180,14 +208,14 @@ def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_i
     sources = {"app": "def register():\n    from app.api import health\n",
                "app.catalog.x": "from app.credentials import y\n",
                "app.credentials.y": "def f():\n    import app.catalog.x\n",
-               "app.batches.z": "from actors.boot import thing\n",
+               "app.batches.z": "from actors.boot import thing\nfrom app.compat.views import openai_batch\n",
                "app.api.w": "def load():\n    from app import create_app\n",
                "app.commands.t": "from app import create_app\n",
                "app.runtime": "from app.observability.logs import register_secrets\n",
                "app.pipeline.v": "from devtools.fake_upstream import state\n",
                "bench.u": "from tests.processes import free_port\n"}
     known = set(sources) | {"actors.boot", "app.api.health", "app.observability.logs", "devtools.fake_upstream.state",
-                            "tests.processes"}
+                            "tests.processes", "app.compat.views"}
     graph = {}
     for name, text in sources.items():
         path = tmp_path / f"{name}.py"
@@ -197,6 +225,8 @@ def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_i
     assert graph["app.catalog.x"] == {"app.credentials.y"} and graph["app.credentials.y"] == {"app.catalog.x"}
     assert _cycles(graph) == [["app.catalog.x", "app.credentials.y", "app.catalog.x"]]
     assert _wrong_way(graph) == [("app.api.w", "app"), ("app.batches.z", "actors.boot"),
+                                 ("app.batches.z", "app.compat.views"),
                                  ("app.catalog.x", "app.credentials.y"),
                                  ("app.pipeline.v", "devtools.fake_upstream.state"),
                                  ("app.runtime", "app.observability.logs"), ("bench.u", "tests.processes")]
+    assert _reachable(graph, "app.catalog.x") == {"app.catalog.x", "app.credentials.y"}

@@ -8,7 +8,8 @@ from app.runtime import Runtime
 
 
 def register_all(api: Api, runtime: Runtime) -> None:
-    from app.api import admin, anthropic_batches, batches, health, inference, metrics, openai_batches, usage
+    from app.api import admin, batches, health, inference, metrics, usage
+    from app.api.compat import anthropic_batches, openai_batches
 
     api.register_blueprint(health.blp)
     admin.register(api)

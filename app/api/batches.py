@@ -1,6 +1,6 @@
 """Batches: submit (202), read, list, stream results, cancel, delete. Only the submitter sees a batch (else 404).
 
-The same routes serve OpenAI's Batch API (app/api/openai_batches.py): a body naming `input_file_id` is OpenAI's
+The same routes serve OpenAI's Batch API (app/api/compat/openai_batches.py): a body naming `input_file_id` is OpenAI's
 create; the list is OpenAI's unless `format=relay`; a batch created through the OpenAI API (or named `batch_...`)
 is read and cancelled in OpenAI's format unless `format=relay`."""
 
@@ -12,18 +12,20 @@ from flask import Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
-from app.api import openai_batches
 from app.api.bodies import read_body
 from app.api.callers import request_caller
+from app.api.compat import openai_batches
+from app.api.compat.common import answer
 from app.api.openapi import error_answers
-from app.api.provider_common import answer
 from app.auth_model import Caller
-from app.batches import openai_view, service
+from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
-from app.batches.rerun import KEEP, rerun_batch
-from app.batches.views import openai_batch_id
+from app.batches.rerun import KEEP, plan_rerun, submit_rerun
+from app.compat import openai_view
+from app.compat.rerun import RERUNS
+from app.compat.views import openai_batch_id
 from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
@@ -118,10 +120,13 @@ def list_batches(args: dict[str, Any]) -> ResponseReturnValue:
 @blp.response(200, BatchSchema)
 def get_batch(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    if _openai_view(caller, batch_id, args["format"]):
+    if _openai_named(batch_id, args["format"]):
         return openai_batches.get_answer(caller, batch_id)
-    return service.get_batch(_runtime(), caller, batch_id, state=args["state"], after=args["after"],
-                             limit=args["limit"], custom_id=args["custom_id"])
+    row = service.find_batch(_runtime(), caller, batch_id)  # its `api` decides the view: no other read
+    if args["format"] is None and row["api"] == openai_view.API:
+        return openai_batches.row_answer(row)
+    return service.batch_object(_runtime(), row, state=args["state"], after=args["after"], limit=args["limit"],
+                                custom_id=args["custom_id"])
 
 
 @blp.route("/<batch_id>/items/<idx>", methods=["GET"])
@@ -160,7 +165,8 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, m
 @blp.response(200, BatchSchema)
 def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    if _openai_view(caller, batch_id, args["format"]):
+    if _openai_named(batch_id, args["format"]) or (
+            args["format"] is None and service.find_batch(_runtime(), caller, batch_id)["api"] == openai_view.API):
         return openai_batches.cancel_answer(caller, batch_id)
     return service.cancel_batch(_runtime(), caller, batch_id)
 
@@ -180,19 +186,21 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 @blp.response(202, BatchSchema)
 def rerun(args: dict[str, Any], body: dict[str, Any], batch_id: str) -> ResponseReturnValue:
     caller = request_caller()
-    new_id, api = rerun_batch(_runtime(), caller, batch_id, codes=body.get("codes"),
-                              metadata=body.get("metadata", KEEP), max_cost=body.get("max_cost", KEEP))
+    plan = plan_rerun(_runtime(), caller, batch_id, codes=body.get("codes"), metadata=body.get("metadata", KEEP),
+                      max_cost=body.get("max_cost", KEEP))
+    api = plan.source["api"]
+    new_id = RERUNS.get(api, submit_rerun)(_runtime(), caller, plan)
     if (args["format"] or ("openai" if api == "openai" else "relay")) == "openai":
         return answer("openai", lambda: openai_view.get_batch(_runtime(), caller, openai_batch_id(new_id)),
                       status=202)
     return service.get_batch(_runtime(), caller, str(new_id), limit=0), 202
 
 
-def _openai_view(caller: Caller, batch_id: str, requested: str | None) -> bool:
-    """Whether to answer in OpenAI's format: asked for, or by default for `batch_` ids and OpenAI's batches."""
-    if requested is not None:
-        return requested == "openai"
-    return batch_id.startswith("batch_") or openai_batches.is_openai_batch(caller, batch_id)
+def _openai_named(batch_id: str, requested: str | None) -> bool:
+    """Whether to answer in OpenAI's format whatever the batch: asked for, or by default for a `batch_` id (an
+    OpenAI SDK's). Otherwise the batch's `api` decides: OpenAI's batches are answered in OpenAI's format unless
+    `format=relay`."""
+    return requested == "openai" if requested is not None else batch_id.startswith("batch_")
 
 
 @blp.route("/<batch_id>", methods=["DELETE"])

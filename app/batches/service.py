@@ -6,9 +6,9 @@ import base64
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from uuid import UUID, uuid4
 
 import psycopg
@@ -170,8 +170,20 @@ def get_batch(runtime: Runtime, caller: Caller | None, batch_id: str, *, state: 
               limit: int = 100, custom_id: str | None = None) -> dict[str, Any]:
     """The batch object with counts and one page of items (optionally of one state, or whose custom_id starts with
     CUSTOM_ID). A caller of None is the operator (admin routes only): any owner's batch."""
+    return batch_object(runtime, find_batch(runtime, caller, batch_id), state=state, after=after, limit=limit,
+                        custom_id=custom_id)
+
+
+def find_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
+    """The batch row (owned_batch), with `api`: the API that created it, whose view answers by default."""
     with runtime.pool.connection() as conn:
-        row = owned_batch(conn, caller, batch_id)
+        return owned_batch(conn, caller, batch_id)
+
+
+def batch_object(runtime: Runtime, row: dict[str, Any], *, state: str | None = None, after: int = -1,
+                 limit: int = 100, custom_id: str | None = None) -> dict[str, Any]:
+    """get_batch of a batch row already read (find_batch)."""
+    with runtime.pool.connection() as conn:
         counts, cost = store.progress(conn, row["id"], row["total"])
         if row["finished_at"] is None and _all_final(counts):
             row["finished_at"] = store.finish_batch(conn, row["id"])
@@ -332,6 +344,35 @@ def open_result_chunks(runtime: Runtime, caller: Caller | None, batch_id: str, *
     return _stream_results(runtime, row["id"], row["total"], jsonl=jsonl)
 
 
+class ResultItem(NamedTuple):
+    """One item's outcome as stored: RESPONSE is a completed item's stored response bytes (None where this replica
+    cannot see them), STATUS the status of the usage event of an item that did not complete."""
+
+    idx: int
+    state: str
+    response: bytes | memoryview | None
+    error: str | None
+    error_code: str | None
+    custom_id: str | None
+    status: int | None
+
+
+def result_items(runtime: Runtime, caller: Caller | None, batch_id: UUID) -> Iterator[ResultItem]:
+    """Every item's ResultItem in idx order, for views that write results in another format (the provider APIs):
+    access is checked now (BatchNotFound before the first item); ResultsCut where a delete cuts them short."""
+    with runtime.pool.connection() as conn:
+        row = owned_batch(conn, caller, str(batch_id))
+    return _result_items(runtime, row["id"], row["total"])
+
+
+def _result_items(runtime: Runtime, batch_id: UUID, total: int) -> Iterator[ResultItem]:
+    for rows, responses in _result_pages(runtime, batch_id, total, store.outcome_rows):
+        found = iter(responses)
+        for idx, _segment, _offset, _length, state, error, custom_id, code, status in rows:
+            yield ResultItem(idx, state, next(found) if state == "completed" else None, error, code, custom_id,
+                             status)
+
+
 def _jsonl_cut_line(cut: ResultsCut) -> bytes:
     return json.dumps(cut.to_dict(), separators=(",", ":")).encode() + b"\n"
 
@@ -339,21 +380,35 @@ def _jsonl_cut_line(cut: ResultsCut) -> bytes:
 def _stream_results(runtime: Runtime, batch_id: UUID, total: int, *, jsonl: bool) -> Iterator[bytes]:
     """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their stored response raw.
     ResultsCut when the items run out before TOTAL, or a chunk's responses are gone with the batch."""
-    payloads = payload_store(runtime)
     sep = b"\n" if jsonl else b","
     yield b"" if jsonl else b'{"results":['
+    sent = 0
+    for rows, responses in _result_pages(runtime, batch_id, total, store.result_rows):
+        chunk = sep.join(_result_entries(rows, responses))
+        yield chunk + b"\n" if jsonl else (chunk if not sent else b"," + chunk)
+        sent += len(rows)
+    if not jsonl:
+        yield b"]}"
+
+
+_Rows = TypeVar("_Rows", bound=Sequence[tuple[Any, ...]])
+
+
+def _result_pages(runtime: Runtime, batch_id: UUID, total: int, fetch: Callable[..., _Rows],
+                  ) -> Iterator[tuple[_Rows, list[bytes | memoryview | None]]]:
+    """Pages of FETCH's rows (idx, segment, offset, length, state, ...) in idx order, each with the stored responses
+    of its completed items (in their order). ResultsCut when the rows run out before TOTAL, or a page's responses
+    are gone with the batch."""
+    payloads = payload_store(runtime)
     after, sent = -1, 0
     while sent < total:
         with runtime.pool.connection() as conn:
-            rows = store.result_rows(conn, batch_id, after=after, limit=RESULTS_CHUNK)
-        entries, unread = _result_entries(payloads, batch_id, rows)
-        if not rows or (unread and not _batch_exists(runtime, batch_id)):
+            rows = fetch(conn, batch_id, after=after, limit=RESULTS_CHUNK)
+        responses = payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"])
+        if not rows or (not all(responses) and not _batch_exists(runtime, batch_id)):
             raise ResultsCut(sent, total)
-        chunk = sep.join(entries)
-        yield chunk + b"\n" if jsonl else (chunk if not sent else b"," + chunk)
+        yield rows, responses
         sent, after = sent + len(rows), rows[-1][0]
-    if not jsonl:
-        yield b"]}"
 
 
 def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
@@ -364,15 +419,13 @@ def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
 _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
 
 
-def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> tuple[list[bytes], bool]:
-    """One JSON object per row: idx, state, the response of a completed item if visible here, the error (and the
-    custom_id of a provider batch's item); and whether a completed item's response could not be read."""
-    responses = payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"])
+def _result_entries(rows: list[store.ResultRow], responses: list[bytes | memoryview | None]) -> list[bytes]:
+    """One JSON object per row: idx, state, the RESPONSES of its completed items (None: not visible here), the
+    error (and the custom_id of a provider batch's item)."""
     found = iter(responses)
-    entries = [result_entry(idx, state, next(found) if state == "completed" else None, error,
-                            b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
-               for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
-    return entries, not all(responses)
+    return [result_entry(idx, state, next(found) if state == "completed" else None, error,
+                         b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
+            for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
 
 
 def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,

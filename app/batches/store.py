@@ -29,6 +29,8 @@ Row = dict[str, Any]
 Conn = Connection[Any]
 # idx, then where its response is (segment, offset, length: a payloads.Wanted), state, error, custom_id
 ResultRow = tuple[int, str | None, int | None, int | None, str, Any, str | None]
+# a ResultRow, then the item's error_code and the status of its usage event (items that did not complete)
+OutcomeRow = tuple[int, str | None, int | None, int | None, str, Any, str | None, str | None, int | None]
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
@@ -37,8 +39,8 @@ ITEM_STATES = ("queued", "running", *FINAL_STATES)
 BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"
-    " expires_at, max_cost_nanos, rerun_of, original_id"
-)
+    " expires_at, max_cost_nanos, rerun_of, original_id, endpoint, input_file_id"
+)  # api: the API that created the batch (relay, openai, anthropic), whose view reads it by default
 
 
 def insert_batch(conn: Conn, batch: Row) -> Row:
@@ -217,6 +219,58 @@ def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[R
     cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error, custom_id"
                 " FROM batch_items WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()
+
+
+def outcome_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[OutcomeRow]:
+    """result_rows with each item's error_code and, for an item that did not complete, the status of its usage
+    event (the provider views' error lines), for the next LIMIT items after AFTER in idx order."""
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.execute("SELECT i.idx, i.response_segment, i.response_offset, i.response_length, i.state, i.error,"
+                " i.custom_id, i.error_code, e.status FROM batch_items i LEFT JOIN usage_events e"
+                " ON i.state <> 'completed' AND e.batch_id IS NOT NULL AND e.batch_id = i.batch_id"
+                " AND e.batch_idx = i.idx WHERE i.batch_id = %s AND i.idx > %s ORDER BY i.idx LIMIT %s",
+                (batch_id, after, limit))
+    return cur.fetchall()
+
+
+def counts_by_batch(conn: Conn, batches: Sequence[Row]) -> dict[UUID, dict[str, int]]:
+    """item_counts of several BATCHES (rows with id and total) in one read of their progress counters, each with
+    `expired`: the items the batch's expiry stopped (cancelled, error_code batch_expired)."""
+    rows = conn.execute(
+        "SELECT batch_id, sum(running) AS running, sum(completed) AS completed, sum(discarded) AS discarded,"
+        " sum(cancelled) AS cancelled, sum(expired) AS expired FROM batch_progress WHERE batch_id = ANY(%s)"
+        " GROUP BY batch_id", ([b["id"] for b in batches],)).fetchall()
+    found = {row["batch_id"]: row for row in rows}
+    counts: dict[UUID, dict[str, int]] = {}
+    for batch in batches:
+        row = found.get(batch["id"])
+        counted = {name: int(row[name]) if row else 0 for name in (*ITEM_STATES[1:], "expired")}
+        counted["queued"] = batch["total"] - sum(counted[state] for state in ITEM_STATES[1:])
+        counts[batch["id"]] = counted
+    return counts
+
+
+def list_batches_of_api(conn: Conn, owner: str, api: str, *, after: UUID | None, before: UUID | None,
+                        limit: int) -> list[Row]:
+    """OWNER's batches created through API, newest first: older than AFTER, or the page just newer than BEFORE."""
+    cursor = after or before
+    params: dict[str, Any] = {"owner": owner, "api": api, "cursor": cursor, "limit": limit}
+    newer = before is not None
+    sql = f"SELECT {_ALL_COLUMNS} FROM batches e WHERE e.owner = %(owner)s AND e.api = %(api)s"
+    if cursor is not None:
+        sql += (f" AND (e.created_at, e.id) {'>' if newer else '<'} (SELECT created_at, id FROM batches"
+                " WHERE id = %(cursor)s AND owner = %(owner)s)")
+    order = "ASC" if newer else "DESC"
+    sql += f" ORDER BY e.created_at {order}, e.id {order} LIMIT %(limit)s"
+    rows = conn.execute(sql, params).fetchall()
+    return rows[::-1] if newer else rows
+
+
+def first_models(conn: Conn, batch_ids: Sequence[UUID]) -> dict[UUID, str | None]:
+    """The model its first item names, for each batch (OpenAI's batch object carries one model)."""
+    rows = conn.execute("SELECT batch_id, model FROM batch_items WHERE batch_id = ANY(%s) AND idx = 0",
+                        (list(batch_ids),)).fetchall()
+    return {row["batch_id"]: row["model"] for row in rows}
 
 
 def item_counts(conn: Conn, batch_id: UUID, total: int) -> dict[str, int]:

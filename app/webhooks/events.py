@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from app.batches.views import anthropic_batch_id, openai_batch_id, rfc3339, unix
 from app.webhooks import store
+from schemas.batch_ids import anthropic_batch_id, openai_batch_id
+from schemas.timestamps import rfc3339, unix
 
 Row = dict[str, Any]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import ROOT
 from tests.batches.helpers import CHAT
 from tests.batches.test_cli_output import _jsonl, cli
-from devtools.processes import ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -50,6 +50,15 @@ def test_an_openai_create_that_names_no_usable_file_is_refused_in_openais_shape(
                   "unsupported_endpoint")
 
 
+def test_an_openai_create_holding_nan_is_refused_as_invalid_json_not_read(client, key) -> None:  # type: ignore[no-untyped-def]
+    auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    body = (f'{{"input_file_id": "{MISSING_FILE}", "endpoint": "/v1/chat/completions", "completion_window": "24h",'
+            ' "output_expires_after": {"seconds": NaN}}')
+    _openai_error(client.post("/openai/v1/batches", data=body, headers=auth), 400, "invalid_json")
+    relay = client.post("/v1/batches", data=body, headers=auth)  # not a create Relay can read: its own submit's
+    assert relay.status_code == 400 and relay.json["error"]["code"] == "invalid_json", relay.json
+
+
 def test_openai_batch_ids_answer_404_in_openais_shape_and_uuids_in_relays(client, key) -> None:  # type: ignore[no-untyped-def]
     auth = {"Authorization": f"Bearer {key}"}
     for path in (f"/v1/batches/batch_{'0' * 32}", f"/openai/v1/batches/batch_{'0' * 32}", "/openai/v1/batches/x"):

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
-from app.batches.provider_input import from_anthropic_body, from_openai_jsonl
-from app.batches.views import (
+from app.batches.service import ResultItem
+from app.compat.inputs import from_anthropic_body, from_openai_jsonl
+from app.compat.views import (
     anthropic_batch,
     anthropic_result_line,
     openai_batch,
@@ -65,33 +66,49 @@ def test_timestamps_are_unix_seconds_for_openai_and_rfc3339_for_anthropic() -> N
     assert anthropic_batch(row, {"completed": 4})["ended_at"] == "2026-01-01T00:01:30Z"
 
 
+def _item(idx: int, custom_id: str, state: str, error: str | None, code: str | None, status: int | None,
+          response: bytes | None = None) -> ResultItem:
+    return ResultItem(idx, state, response, error, code, custom_id, status)
+
+
+STORED = b'{"ok":1, "text":"caf\xc3\xa9"}'  # a stored response: as the upstream sent it, on one line
 OUTCOMES = {
-    "completed": (0, "a", "completed", None, None, 200),
-    "discarded": (1, "b", "discarded", "upstream returned status 400", "upstream_error", 400),
-    "cancelled": (2, "c", "cancelled", "cancelled", "batch_cancelled", 499),
-    "expired": (3, "d", "cancelled", "expired", "batch_expired", 499),
-    "unrecorded": (4, "e", "discarded", "worker lost", "worker_lost", None),
+    "completed": _item(0, "a", "completed", None, None, None, STORED),
+    "discarded": _item(1, "b", "discarded", "upstream returned status 400", "upstream_error", 400),
+    "cancelled": _item(2, "c", "cancelled", "cancelled", "batch_cancelled", 499),
+    "expired": _item(3, "d", "cancelled", "expired", "batch_expired", 499),
+    "unrecorded": _item(4, "e", "discarded", "worker lost", "worker_lost", None),
 }
 
 
 def test_every_outcome_has_its_openai_line() -> None:
-    lines = {name: json.loads(openai_result_line(BATCH, o, {"ok": 1})) for name, o in OUTCOMES.items()}
-    assert lines["completed"]["response"] == {"status_code": 200, "request_id": f"{BATCH}:0", "body": {"ok": 1}}
+    lines = {name: json.loads(openai_result_line(BATCH, o)) for name, o in OUTCOMES.items()}
+    assert lines["completed"]["response"] == {"status_code": 200, "request_id": f"{BATCH}:0",
+                                              "body": {"ok": 1, "text": "café"}}
     assert lines["discarded"]["response"]["status_code"] == 400
     assert lines["discarded"]["response"]["body"]["error"]["code"] == "upstream_error"
     assert lines["cancelled"]["error"] == {"code": "batch_cancelled", "message": "cancelled"}
     assert lines["expired"]["error"]["code"] == "batch_expired" and lines["expired"]["response"] is None
     assert lines["unrecorded"]["response"]["status_code"] == 500
     assert {line["id"] for line in lines.values()} == {f"batch_req_{BATCH.hex}_{i}" for i in range(5)}
+    assert all(line["custom_id"] == o.custom_id for line, o in zip(lines.values(), OUTCOMES.values(), strict=True))
 
 
 def test_every_outcome_has_its_anthropic_result() -> None:
-    results = {name: json.loads(anthropic_result_line(o, {"type": "message"}))["result"]
-               for name, o in OUTCOMES.items()}
-    assert results["completed"] == {"type": "succeeded", "message": {"type": "message"}}
+    results = {name: json.loads(anthropic_result_line(o))["result"] for name, o in OUTCOMES.items()}
+    assert results["completed"] == {"type": "succeeded", "message": {"ok": 1, "text": "café"}}
     assert results["discarded"]["error"]["error"]["type"] == "invalid_request_error"
     assert results["cancelled"] == {"type": "canceled"} and results["expired"] == {"type": "expired"}
     assert results["unrecorded"]["error"]["error"]["type"] == "api_error"
+
+
+def test_result_lines_splice_the_stored_response_bytes_on_one_line() -> None:
+    openai = openai_result_line(BATCH, OUTCOMES["completed"])
+    anthropic = anthropic_result_line(OUTCOMES["completed"])
+    for line in (openai, anthropic):
+        assert STORED in line and line.endswith(b"\n") and line.count(b"\n") == 1
+    unseen = json.loads(openai_result_line(BATCH, _item(5, "f", "completed", None, None, None, None)))
+    assert unseen["response"]["body"] is None  # a response this replica cannot read
 
 
 def _line(custom_id: str, body: dict[str, Any], url: str = "/v1/chat/completions") -> bytes:

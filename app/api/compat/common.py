@@ -3,7 +3,6 @@ provider's shape, and small JSON bodies."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -13,8 +12,9 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import HTTPException
 
-from app.api.bodies import read_body
+from app.api.bodies import json_text, read_body
 from app.api.inference_errors import shaped_error
+from app.batches.validation import STRICT_JSON
 from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
 from app.runtime import Runtime
 
@@ -86,7 +86,7 @@ def read_json_bytes(limit: int) -> bytes | bytearray:
 def load_object(raw: bytes | bytearray, schema: Schema | None = None) -> dict[str, Any]:
     """RAW as a JSON object, loaded through SCHEMA when given; 400 naming what is wrong."""
     try:
-        body = json.loads(raw or b"null")
+        body = STRICT_JSON.decode(json_text(raw) or "null")  # Relay's one strict JSON: no NaN, no huge integers
     except (ValueError, RecursionError):
         raise BadRequest("invalid_json", "the request body is not valid JSON") from None
     if not isinstance(body, dict):

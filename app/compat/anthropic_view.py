@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.auth_model import Caller
-from app.batches import provider, service
+from app.batches import service
 from app.batches.errors import BatchNotEnded
 from app.batches.origin import Rerun
-from app.batches.provider_input import from_anthropic_body
-from app.batches.views import anthropic_batch, anthropic_batch_id, anthropic_cut_line, anthropic_result_line
+from app.compat import provider
+from app.compat.inputs import from_anthropic_body
+from app.compat.views import anthropic_batch, anthropic_batch_id, anthropic_cut_line, anthropic_result_line
 from app.errors import ValidationFailed
 from app.runtime import Runtime
 
@@ -62,6 +63,5 @@ def results(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     row, _counts = provider.load(runtime, caller, text_id, API)
     if row["finished_at"] is None:
         raise BatchNotEnded(message="results are available once the batch's processing has ended")
-    return service.cut_visibly((anthropic_result_line(outcome, response)
-                                for outcome, response in provider.outcomes(runtime, caller, row["id"])),
-                               anthropic_cut_line)
+    lines = (anthropic_result_line(item) for item in provider.outcomes(runtime, caller, row["id"]))
+    return provider.joined(service.cut_visibly(lines, anthropic_cut_line))

@@ -12,13 +12,14 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import provider, provider_store, store
+from app.batches import store
 from app.batches.origin import Rerun
-from app.batches.provider_errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
-from app.batches.provider_input import from_openai_jsonl
-from app.batches.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
-from app.files import store as files_store
-from app.files.disk import FileBytesMissing, FileDisk
+from app.compat import provider
+from app.compat.errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
+from app.compat.files import store as files_store
+from app.compat.files.disk import FileBytesMissing, FileDisk
+from app.compat.inputs import from_openai_jsonl
+from app.compat.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
 from app.runtime import Runtime
 from app.webhooks.callbacks import callback_columns
 
@@ -86,6 +87,11 @@ def get_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
     return _view(runtime, [row], {row["id"]: counts})[0]
 
 
+def batch_of_row(runtime: Runtime, row: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's batch object of an OpenAI batch's row already read (service.find_batch)."""
+    return _view(runtime, [row], {row["id"]: provider.counted(runtime, row)})[0]
+
+
 def cancel_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
     """Cancel an in-progress batch; 409 once it is completed, expired or cancelled, in OpenAI's words."""
     row, counts = provider.cancel(runtime, caller, text_id, API, ended=lambda row, counts: (
@@ -107,7 +113,7 @@ def _view(runtime: Runtime, rows: list[dict[str, Any]], counts: dict[UUID, dict[
     ids = [row["id"] for row in rows]
     with runtime.pool.connection() as conn:
         files = files_store.batch_files(conn, ids)
-        models = provider_store.first_models(conn, ids)
+        models = store.first_models(conn, ids)
         usage = store.finished_usage(conn, [row["id"] for row in rows if row["finished_at"] is not None])
     return [openai_batch(row, counts[row["id"]], {kind: file_id for (batch_id, kind), file_id in files.items()
                                                   if batch_id == row["id"]},
@@ -117,6 +123,6 @@ def _view(runtime: Runtime, rows: list[dict[str, Any]], counts: dict[UUID, dict[
 def result_lines(runtime: Runtime, caller: Caller, batch_id: UUID, kind: str) -> Iterator[bytes]:
     """The lines of the batch's `output` (completed items) or `error` file (every other item), in idx order."""
     wanted = kind == "output"
-    for outcome, response in provider.outcomes(runtime, caller, batch_id):
-        if (outcome[2] == "completed") == wanted:
-            yield openai_result_line(batch_id, outcome, response)
+    for item in provider.outcomes(runtime, caller, batch_id):
+        if (item.state == "completed") == wanted:
+            yield openai_result_line(batch_id, item)

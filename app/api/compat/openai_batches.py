@@ -12,16 +12,15 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 
 from app.api.callers import request_caller
+from app.api.compat.common import SMALL_BODY, answer, json_object, load_object, routes, runtime, shape_errors
 from app.api.openapi import error_answers
-from app.api.provider_common import SMALL_BODY, answer, json_object, load_object, routes, runtime, shape_errors
 from app.auth_model import Caller
-from app.batches import openai_files, openai_view, provider
-from app.batches.openai_view import file_disk
-from app.batches.provider_errors import FileTooLarge, FormTooLarge
+from app.compat import openai_files, openai_view
+from app.compat.errors import FileTooLarge, FormTooLarge
+from app.compat.files.disk import FileDisk, StagedFile
+from app.compat.openai_view import file_disk
 from app.errors import RelayError, ValidationFailed
-from app.files.disk import FileDisk, StagedFile
-from schemas.inference import ShapedErrorSchema
-from schemas.provider_batches import (
+from schemas.compat import (
     MULTIPART_FILE,
     FileListArgs,
     OpenAIBatchCreateSchema,
@@ -32,6 +31,7 @@ from schemas.provider_batches import (
     OpenAIFileSchema,
     OpenAIListArgs,
 )
+from schemas.inference import ShapedErrorSchema
 
 blp = Blueprint("openai_batches", __name__,
                 description="OpenAI-compatible Files and Batches, run by Relay's own batch workers")
@@ -199,6 +199,6 @@ def list_answer(caller: Caller, after: str | None, limit: int) -> ResponseReturn
     return answer("openai", lambda: openai_view.list_batches(runtime(), caller, after=after, limit=limit))
 
 
-def is_openai_batch(caller: Caller, batch_id: str) -> bool:
-    """Whether BATCH_ID names one of the caller's batches created through the OpenAI API."""
-    return provider.created_through(runtime(), caller, batch_id, openai_view.API)
+def row_answer(row: dict[str, Any]) -> ResponseReturnValue:
+    """The OpenAI batch of a row already read through `GET /v1/batches/{id}`, in OpenAI's format."""
+    return answer("openai", lambda: openai_view.batch_of_row(runtime(), row))

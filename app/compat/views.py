@@ -13,39 +13,22 @@ Status mapping (one batch, three views):
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from adapters.anthropic import ADAPTER as ANTHROPIC
 from adapters.openai import openai_error_body
 from app.errors import RelayError
-from schemas.batch_ids import FILE_PREFIX, parse_batch_id, parse_file_id
+from schemas.batch_ids import anthropic_batch_id, file_id, openai_batch_id, parse_batch_id, parse_file_id
+from schemas.timestamps import rfc3339, unix
+
+if TYPE_CHECKING:
+    from app.batches.service import ResultItem
 
 Row = dict[str, Any]
-__all__ = ["parse_batch_id", "parse_file_id"]  # the ids' spellings, for the views' callers
+__all__ = ["anthropic_batch_id", "openai_batch_id", "parse_batch_id", "parse_file_id"]  # for the views' callers
 ENDPOINT_SHAPES = {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
 _STOPPED = {"batch_cancelled", "batch_expired"}  # error codes of items that never got an answer
-
-
-def openai_batch_id(batch_id: UUID) -> str:
-    return f"batch_{batch_id.hex}"
-
-
-def anthropic_batch_id(batch_id: UUID) -> str:
-    return f"msgbatch_{batch_id.hex}"
-
-
-def file_id(value: UUID) -> str:
-    return f"{FILE_PREFIX}{value.hex}"
-
-
-def unix(value: datetime | None) -> int | None:
-    return int(value.timestamp()) if value is not None else None
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 def openai_batch(row: Row, counts: dict[str, int], files: dict[str, UUID], *, model: str | None = None,
@@ -107,40 +90,42 @@ def openai_file(row: Row) -> dict[str, Any]:
             "status_details": None}
 
 
-def openai_result_line(batch_id: UUID, outcome: tuple[Any, ...], response: Any) -> bytes:
-    """One line of an output or error file: OUTCOME is (idx, custom_id, state, error, error_code, status)."""
-    idx, custom_id, state, error, code, status = outcome
-    line: dict[str, Any] = {"id": f"batch_req_{batch_id.hex}_{idx}", "custom_id": custom_id, "response": None,
-                            "error": None}
-    if state == "completed":
-        line["response"] = {"status_code": 200, "request_id": f"{batch_id}:{idx}", "body": response}
-    elif code in _STOPPED:
-        line["error"] = {"code": code, "message": error}
+def openai_result_line(batch_id: UUID, item: ResultItem) -> bytes:
+    """One line of an output or error file; a completed item's stored response is spliced in as its bytes."""
+    if item.state == "completed":
+        return (b'{"id":"batch_req_%s_%d","custom_id":%s,"response":{"status_code":200,"request_id":"%s:%d","body":%s},'
+                b'"error":null}\n' % (batch_id.hex.encode(), item.idx, json.dumps(item.custom_id).encode(),
+                                       str(batch_id).encode(), item.idx, item.response or b"null"))
+    line: dict[str, Any] = {"id": f"batch_req_{batch_id.hex}_{item.idx}", "custom_id": item.custom_id,
+                            "response": None, "error": None}
+    if item.error_code in _STOPPED:
+        line["error"] = {"code": item.error_code, "message": item.error}
     else:
-        status = status or 500
-        line["response"] = {"status_code": status, "request_id": f"{batch_id}:{idx}",
-                            "body": openai_error_body(status, code or "internal_error", error or "failed")}
+        status = item.status or 500
+        line["response"] = {"status_code": status, "request_id": f"{batch_id}:{item.idx}",
+                            "body": openai_error_body(status, item.error_code or "internal_error",
+                                                      item.error or "failed")}
     return _jsonl(line)
 
 
-def anthropic_result_line(outcome: tuple[Any, ...], response: Any) -> bytes:
-    """One line of a message batch's results."""
-    _idx, custom_id, state, error, code, status = outcome
-    if state == "completed":
-        result: dict[str, Any] = {"type": "succeeded", "message": response}
-    elif code == "batch_expired":
-        result = {"type": "expired"}
-    elif state == "cancelled":
+def anthropic_result_line(item: ResultItem) -> bytes:
+    """One line of a message batch's results; a completed item's stored response is spliced in as its bytes."""
+    if item.state == "completed":
+        return b'{"custom_id":%s,"result":{"type":"succeeded","message":%s}}\n' % (
+            json.dumps(item.custom_id).encode(), item.response or b"null")
+    if item.error_code == "batch_expired":
+        result: dict[str, Any] = {"type": "expired"}
+    elif item.state == "cancelled":
         result = {"type": "canceled"}
     else:
-        result = {"type": "errored",
-                  "error": ANTHROPIC.error_body(status or 500, code or "internal_error", error or "failed")}
-    return _jsonl({"custom_id": custom_id, "result": result})
+        result = {"type": "errored", "error": ANTHROPIC.error_body(item.status or 500, item.error_code or
+                                                                   "internal_error", item.error or "failed")}
+    return _jsonl({"custom_id": item.custom_id, "result": result})
 
 
 def openai_cut_line(cut: RelayError) -> bytes:
     """The last line of an output or error file a delete cut short: no request's, an error saying so."""
-    error = {"code": cut.code, "message": cut.message}
+    error = cut.to_dict()["error"]  # Relay's error object: code and message
     return _jsonl({"id": None, "custom_id": None, "response": None, "error": error})
 
 

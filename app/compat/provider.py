@@ -4,8 +4,7 @@ with its result. No Flask."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,16 +13,16 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import provider_store, service, store
+from app.batches import service, store
 from app.batches.errors import BatchAlreadyFinished, BatchNotFound, InvalidBatch
 from app.batches.origin import BatchOrigin, Rerun
-from app.batches.provider_input import ProviderBatch
-from app.batches.views import parse_batch_id
+from app.batches.service import ResultItem
+from app.compat.inputs import ProviderBatch
+from app.compat.views import parse_batch_id
 from app.runtime import Runtime
 
 Row = dict[str, Any]
-Outcome = tuple[int, str | None, str, str | None, str | None, int | None]
-OUTCOMES_PAGE = 2000
+STREAM_CHUNK = 1 << 16  # bytes of result lines per chunk of a streamed answer
 
 
 @dataclass
@@ -55,22 +54,16 @@ def load(runtime: Runtime, caller: Caller, text_id: str, api: str) -> tuple[Row,
     """CALLER's batch created through API with its counts; BatchNotFound otherwise (malformed ids included)."""
     batch_id = parse_batch_id(text_id)
     with runtime.pool.connection() as conn:
-        row = provider_store.get_api_batch(conn, batch_id, caller.owner) if batch_id else None
+        row = store.get_batch(conn, batch_id, caller.owner) if batch_id else None
         if row is None or row["api"] != api:
             raise BatchNotFound(message="batch not found")
-        counts = provider_store.counts_by_batch(conn, [row["id"]])[row["id"]]
-        _stamp_finished(conn, row, counts)
-    return row, counts
+        return row, _counted(conn, [row])[row["id"]]
 
 
-def created_through(runtime: Runtime, caller: Caller, text_id: str, api: str) -> bool:
-    """Whether TEXT_ID names one of CALLER's batches created through API."""
-    batch_id = parse_batch_id(text_id)
-    if batch_id is None:
-        return False
+def counted(runtime: Runtime, row: Row) -> dict[str, int]:
+    """The counts of a batch row already read (service.find_batch), finished_at recorded as load does."""
     with runtime.pool.connection() as conn:
-        row = provider_store.get_api_batch(conn, batch_id, caller.owner)
-    return row is not None and row["api"] == api
+        return _counted(conn, [row])[row["id"]]
 
 
 def page(runtime: Runtime, caller: Caller, api: str, *, after: str | None, before: str | None,
@@ -80,13 +73,11 @@ def page(runtime: Runtime, caller: Caller, api: str, *, after: str | None, befor
     if any(text and cursor is None for text, cursor in zip((after, before), cursors, strict=True)):
         return Page([], {}, False)  # an id that is no batch is past every batch
     with runtime.pool.connection() as conn:
-        rows = provider_store.list_api_batches(conn, caller.owner, api, after=cursors[0], before=cursors[1],
-                                               limit=limit + 1)
+        rows = store.list_batches_of_api(conn, caller.owner, api, after=cursors[0], before=cursors[1],
+                                         limit=limit + 1)
         more = len(rows) > limit
         rows = (rows[1:] if before else rows[:-1]) if more else rows
-        counts = provider_store.counts_by_batch(conn, [row["id"] for row in rows])
-        for row in rows:
-            _stamp_finished(conn, row, counts[row["id"]])
+        counts = _counted(conn, rows)
     return Page(rows, counts, more)
 
 
@@ -101,37 +92,34 @@ def cancel(runtime: Runtime, caller: Caller, text_id: str, api: str,
     return load(runtime, caller, text_id, api)
 
 
-def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[tuple[Outcome, Any]]:
-    """Every item's (idx, custom_id, state, error, error_code, status) with its response, in idx order.
-
-    The results come from Relay's own results stream (whatever the payload store's layout); access is checked
-    before the first item, so a caller who may not read the batch gets BatchNotFound right away; a delete that
-    cuts them short raises service.ResultsCut (see service.cut_visibly).
-    """
-    chunks = service.open_result_chunks(runtime, caller, str(batch_id), jsonl=True)
-    return _merge(runtime, batch_id, chunks)
+def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[ResultItem]:
+    """Every item's outcome with its stored response bytes, in idx order (service.result_items: whatever the
+    payload store's layout); access is checked before the first item, so a caller who may not read the batch gets
+    BatchNotFound right away; a delete that cuts them short raises service.ResultsCut (see service.cut_visibly)."""
+    return service.result_items(runtime, caller, batch_id)
 
 
-def _merge(runtime: Runtime, batch_id: UUID, chunks: Iterator[bytes]) -> Iterator[tuple[Outcome, Any]]:
-    pending: dict[int, Outcome] = {}
-    after, rest = -1, b""
-    for chunk in chunks:
-        *lines, rest = (rest + chunk).split(b"\n")
-        for line in lines:
-            if not line.strip():
-                continue
-            result = json.loads(line)
-            while result["idx"] not in pending:
-                with runtime.pool.connection() as conn:
-                    found = provider_store.item_outcomes(conn, batch_id, after=after, limit=OUTCOMES_PAGE)
-                if not found:
-                    raise service.ResultsCut()  # the batch was deleted while being read
-                pending, after = {row[0]: row for row in found}, found[-1][0]
-            yield pending.pop(result["idx"]), result.get("response")
+def joined(lines: Iterator[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
+    """LINES joined into chunks of about SIZE bytes: a response streams a few large writes, not one per line."""
+    held: list[bytes] = []
+    length = 0
+    for line in lines:
+        held.append(line)
+        length += len(line)
+        if length >= size:
+            yield b"".join(held)
+            held, length = [], 0
+    if held:
+        yield b"".join(held)
 
 
-def _stamp_finished(conn: psycopg.Connection[Any], row: Row, counts: dict[str, int]) -> None:
-    """Record finished_at once no item is queued or running, as Relay's own read does."""
-    if row["finished_at"] is None and not counts.get("queued") and not counts.get("running"):
-        with conn.transaction():
-            row["finished_at"] = store.finish_batch(conn, row["id"])
+def _counted(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> dict[UUID, dict[str, int]]:
+    """The counts of ROWS from the engine's progress counters; finished_at is recorded once no item is queued or
+    running, as Relay's own read does."""
+    counts = store.counts_by_batch(conn, rows)
+    for row in rows:
+        found = counts[row["id"]]
+        if row["finished_at"] is None and not found["queued"] and not found["running"]:
+            with conn.transaction():
+                row["finished_at"] = store.finish_batch(conn, row["id"])
+    return counts

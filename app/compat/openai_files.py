@@ -9,15 +9,16 @@ from typing import Any
 from uuid import UUID
 
 from app.auth_model import Caller
-from app.batches.openai_view import file_disk, result_lines
-from app.batches.provider_errors import FileNotFound, FileTooLarge, UnsupportedPurpose
 from app.batches.service import cut_visibly
 from app.batches.validation import text_problem
-from app.batches.views import openai_cut_line, openai_file, parse_file_id
+from app.compat.errors import FileNotFound, FileTooLarge, UnsupportedPurpose
+from app.compat.files import store
+from app.compat.files.disk import FileBytesMissing, StagedFile
+from app.compat.files.store import Conn, Row
+from app.compat.openai_view import file_disk, result_lines
+from app.compat.provider import joined
+from app.compat.views import openai_cut_line, openai_file, parse_file_id
 from app.errors import ValidationFailed
-from app.files import store
-from app.files.disk import FileBytesMissing, StagedFile
-from app.files.store import Conn, Row
 from app.runtime import Runtime
 
 READ_CHUNK = 1 << 20
@@ -90,7 +91,7 @@ def content(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     """The file's bytes, in chunks; access is checked before the first one."""
     row = _row(runtime, caller, text_id)
     if row["kind"] != "upload":
-        return cut_visibly(result_lines(runtime, caller, row["batch_id"], row["kind"]), openai_cut_line)
+        return joined(cut_visibly(result_lines(runtime, caller, row["batch_id"], row["kind"]), openai_cut_line))
     try:
         handle = file_disk(runtime).open(row["id"])
     except FileBytesMissing as exc:

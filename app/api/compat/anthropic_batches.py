@@ -11,11 +11,10 @@ from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
 from app.api.callers import request_caller
+from app.api.compat.common import read_json_bytes, routes, runtime, shape_errors
 from app.api.openapi import error_answers
-from app.api.provider_common import read_json_bytes, routes, runtime, shape_errors
-from app.batches import anthropic_view
-from schemas.inference import ShapedErrorSchema
-from schemas.provider_batches import (
+from app.compat import anthropic_view
+from schemas.compat import (
     AnthropicBatchListSchema,
     AnthropicBatchSchema,
     AnthropicCreateSchema,
@@ -23,6 +22,7 @@ from schemas.provider_batches import (
     AnthropicListArgs,
     AnthropicResultSchema,
 )
+from schemas.inference import ShapedErrorSchema
 
 blp = Blueprint("anthropic_batches", __name__,
                 description="Anthropic-compatible Message Batches, run by Relay's own batch workers")
