@@ -33,13 +33,13 @@ from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
 from app.webhooks.callbacks import callback_columns
 from schemas.batch_ids import parse_batch_id
+from schemas.batches import ITEM_STATES
 from schemas.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from app.payload_files import Body
 
 RESULTS_CHUNK = 2000
-_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 _payloads_lock = threading.Lock()
 
 
@@ -361,7 +361,7 @@ def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
         return bool(store.existing_batches(conn, [batch_id]))
 
 
-_STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
+_STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in ITEM_STATES}
 
 
 def _result_entries(payloads: PayloadStore, batch_id: UUID, rows: list[store.ResultRow]) -> tuple[list[bytes], bool]:
@@ -395,7 +395,7 @@ def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[
     policies) and, once finished, its usage (tokens too)."""
     view = summary_view(row, usage)
     view["pacing"] = pacing
-    view["counts"] = {s: counts.get(s, 0) for s in _STATES}
+    view["counts"] = {s: counts.get(s, 0) for s in ITEM_STATES}
     view["cost_usd"] = cost_usd(cost_nanos)
     view["items"] = items
     view["items_next_after"] = next_after

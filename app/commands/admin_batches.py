@@ -14,8 +14,8 @@ from app.commands.api_client import ApiError, call, request
 from app.commands.batch_views import fleet_lines
 from app.commands.batches import print_batch, print_cancelled, print_list, report_results, write_stream
 from app.commands.output import print_json
+from schemas.batches import ITEM_STATES
 
-_ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 _FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor", "search")
 
 
@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_with_token(cmd_list))
     p = _with_client(cmds.add_parser("status", help="any batch with its counts and a page of items"))
     p.add_argument("id")
-    p.add_argument("--state", choices=_ITEM_STATES, help="list items in this state")
+    p.add_argument("--state", choices=ITEM_STATES, help="list items in this state")
     p.add_argument("--after", type=int, default=-1, help="list items with idx greater than this")
     p.add_argument("--limit", type=int, default=20, help="items to list (default 20)")
     p.set_defaults(func=_with_token(cmd_status))

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.commands.output import table
+from schemas.batches import ACTIVE_STATES, FINAL_STATES
 
-FINAL = ("completed", "discarded", "cancelled")
-STATES = (*FINAL, "running", "queued")
+FINAL = FINAL_STATES
+STATES = (*FINAL_STATES, *reversed(ACTIVE_STATES))  # the order people read: the final states first
 ERROR_WIDTH = 70
 
 

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import requests
 
+from adapters.base import SHAPES
 from app.batches.retention import purge_batches
 from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
 from app.commands.batch_views import (
@@ -36,7 +37,6 @@ from app.commands.output import print_json
 from app.errors import RelayError
 from schemas.durations import DurationError, parse_duration
 
-_SHAPES = ("openai", "anthropic", "openai_responses")
 EXIT_NOT_ALL_COMPLETED = 3
 WAIT_GIVES_UP_AFTER_S = 900.0  # `submit --wait` keeps asking an API that does not answer for this long
 # The console's and the API's words for a list's state filter, as the API's status and finished arguments.
@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
     cmds = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND")
     p = _with_client(cmds.add_parser("submit", help="submit a JSON Lines file of requests (one body per line)"))
     p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
-    p.add_argument("--shape", required=True, choices=_SHAPES)
+    p.add_argument("--shape", required=True, choices=SHAPES)
     p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
     p.add_argument("--wait", action="store_true", help="show progress until every item is final (asking again"
                    " with growing pauses while the API does not answer); exits 3 when some items did not complete")
