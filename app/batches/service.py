@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import threading
@@ -27,7 +26,8 @@ from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
-from app.errors import BadRequest, ServiceUnavailable
+from app.cursors import decode_cursor, encode_cursor
+from app.errors import ServiceUnavailable
 from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 
 RESULTS_CHUNK = 2000
 _payloads_lock = threading.Lock()
-
-
-class InvalidCursor(BadRequest):
-    code = "invalid_cursor"
 
 
 def payload_store(runtime: Runtime) -> PayloadStore:
@@ -430,19 +426,3 @@ def _jsonb(value: dict[str, Any] | None) -> Any:
     from psycopg.types.json import Jsonb
 
     return Jsonb(value) if value is not None else None
-
-
-def encode_cursor(created_at: datetime, batch_id: UUID) -> str:
-    """A page cursor naming a row by (created_at, id): the batch lists' and the webhook deliveries'."""
-    raw = f"{created_at.isoformat()}|{batch_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """The (created_at, id) of encode_cursor's CURSOR; InvalidCursor (400) for anything else."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, _, ident = raw.partition("|")
-        return datetime.fromisoformat(stamp), UUID(ident)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidCursor(message="invalid cursor: pass next_cursor from the previous page") from exc
