@@ -23,6 +23,16 @@ class NoBinding(ServiceUnavailable):
 
 
 class PolicyUnavailable(Forbidden):
+    """The policy a call runs under (a live request's, a batch item's) stopped working."""
+
+    code = "policy_disabled"
+
+
+class PolicyDeleted(PolicyUnavailable):
+    code = "policy_deleted"
+
+
+class PolicyDisabled(PolicyUnavailable):
     code = "policy_disabled"
 
 
@@ -34,11 +44,11 @@ class Route:
 
 
 def check_policy(policy: Policy | None) -> Policy:
-    """The policy must exist, not be deleted and be enabled."""
+    """The policy must exist, not be deleted and be enabled: the one check of live requests and batch items."""
     if policy is None or policy.deleted:
-        raise PolicyUnavailable("policy_deleted", "the policy this request runs under was deleted")
+        raise PolicyDeleted(message="the policy this request runs under was deleted")
     if not policy.enabled:
-        raise PolicyUnavailable("policy_disabled", f"policy {policy.name!r} is disabled")
+        raise PolicyDisabled(message=f"policy {policy.name!r} is disabled")
     return policy
 
 
