@@ -30,6 +30,12 @@ from schemas.provider_batches import OpenAIBatchCreateSchema
 KEEP: Any = object()  # an option left out of the re-run body: the source batch's value is kept
 
 
+
+class PayloadUnavailable(ServiceUnavailable):
+    """The batch's request file is not readable here (another replica's payload directory)."""
+
+    code = "payload_unavailable"
+
 def rerun_batch(runtime: Runtime, caller: Caller, text_id: str, *, codes: list[str] | None = None,
                 metadata: Any = KEEP, max_cost: Any = KEEP) -> tuple[UUID, str]:
     """Re-run the chosen items of CALLER's finished batch TEXT_ID as a new batch; its id and the API that created
@@ -86,7 +92,7 @@ def _request_bodies(runtime: Runtime, batch_id: UUID, idxs: list[int]) -> list[b
     try:
         return [payloads.read_request(batch_id, idx) for idx in idxs]
     except PayloadMissing as exc:
-        raise ServiceUnavailable("payload_unavailable", "cannot re-run: the batch's requests are not visible to"
+        raise PayloadUnavailable(message="cannot re-run: the batch's requests are not visible to"
                                                         f" this replica ({exc})") from exc
 
 
@@ -113,7 +119,7 @@ def _rerun_openai(runtime: Runtime, caller: Caller, source: dict[str, Any], bodi
                                                  "completion_window": source["completion_window"],
                                                  "metadata": metadata})
     except ValidationError as exc:
-        raise ValidationFailed("invalid_request", "invalid re-run of an OpenAI batch: metadata holds at most 16"
+        raise ValidationFailed(message="invalid re-run of an OpenAI batch: metadata holds at most 16"
                                                   " string pairs", details=exc.messages) from None
     upload = _input_file(runtime, caller, source, bodies, custom_ids)
     try:

@@ -27,7 +27,7 @@ from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
 from app.cursors import decode_cursor, encode_cursor
-from app.errors import ServiceUnavailable
+from app.errors import DatabaseUnavailable
 from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
@@ -125,7 +125,7 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
             written()  # the writer is done (stopped early, or failed) before its files are removed
         payloads.remove_batch(batch_id)
         if isinstance(exc, psycopg.OperationalError):
-            raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
+            raise DatabaseUnavailable(message="cannot store the batch: database unavailable") from exc
         raise
     return batch_view(row, {"queued": total}, items=[], next_after=None,  # no item is listed: no next page
                       pacing=_pacing(runtime, row, total))
@@ -294,9 +294,11 @@ class ResultsCut(BatchNotFound):
     """The batch was deleted while its results were read: what was sent is not all of them (a 404 when nothing
     was sent yet; a stream already under way ends visibly cut, see cut_visibly)."""
 
+    code = "results_incomplete"
+
     def __init__(self, sent: int | None = None, total: int | None = None) -> None:
         counted = f": {sent} of {total} results were sent" if sent is not None else ""
-        super().__init__("results_incomplete", f"the batch was deleted while its results were read{counted}")
+        super().__init__(message=f"the batch was deleted while its results were read{counted}")
 
 
 def cut_visibly(chunks: Iterator[bytes], cut_line: Callable[[ResultsCut], bytes]) -> Iterator[bytes]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.commands.api_client import ApiError, call, request
+from app.commands.api_client import MissingToken, call, request
 from app.commands.batch_views import fleet_lines
 from app.commands.batches import print_batch, print_cancelled, print_list, report_results, write_stream
 from app.commands.output import print_json
@@ -63,7 +63,7 @@ def _with_token(command: Callable[[argparse.Namespace], int]) -> Callable[[argpa
     """COMMAND, after checking that an admin token was given (the API would answer 401 anyway, less clearly)."""
     def run(args: argparse.Namespace) -> int:
         if not args.key:
-            raise ApiError("missing_token", "pass --token or set RELAY_ADMIN_TOKEN")
+            raise MissingToken(message="pass --token or set RELAY_ADMIN_TOKEN")
         return command(args)
     return run
 

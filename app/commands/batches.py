@@ -50,6 +50,12 @@ class UnreadableFile(RelayError):
     code = "unreadable_file"
 
 
+class InvalidJsonl(UnreadableFile):
+    """A line of the requests file is not JSON, or the file holds no request."""
+
+    code = "invalid_jsonl"
+
+
 def register(sub: Any) -> None:
     batches = sub.add_parser("batches", help="submit and follow batches through a Relay API")
     cmds = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND")
@@ -132,7 +138,7 @@ def by_file_line(exc: ApiError, path: Path, numbers: Sequence[int]) -> ApiError:
     message = exc.message
     if first.get("line") is not None and message.startswith("invalid batch: "):
         message = f"invalid batch: {path}:{first['line']}: " + message.removeprefix("invalid batch: ")
-    return ApiError(exc.code, message, details=details, status=exc.status)
+    return ApiError(message, code=exc.code, details=details, status=exc.status)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -286,10 +292,10 @@ def _read_lines(path: Path) -> list[tuple[int, bytes]]:
         try:
             json.loads(line)
         except ValueError as exc:
-            raise UnreadableFile("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
+            raise InvalidJsonl(message=f"{path}:{number}: not valid JSON ({exc})") from exc
         lines.append((number, line.strip()))
     if not lines:
-        raise UnreadableFile("invalid_jsonl", f"{path}: no requests")
+        raise InvalidJsonl(message=f"{path}: no requests")
     return lines
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from app.db import check_database
-from app.errors import ServiceUnavailable
+from app.errors import BrokerUnavailable
 from app.migrate import apply_migrations
 from app.observability.health import check_rabbitmq
 from app.settings import Settings
@@ -42,7 +42,7 @@ def preflight(settings: Settings) -> None:
         from urllib.parse import urlsplit
 
         nodes = ", ".join(f"{p.hostname}:{p.port or 5672}" for p in map(urlsplit, settings.broker_urls))
-        raise ServiceUnavailable("broker_unavailable", f"cannot connect to RabbitMQ at {nodes} ({status})")
+        raise BrokerUnavailable(message=f"cannot connect to RabbitMQ at {nodes} ({status})")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

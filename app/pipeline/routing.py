@@ -55,15 +55,15 @@ def check_policy(policy: Policy | None) -> Policy:
 def resolve(models: Mapping[str, Model], policy: Policy, model_name: Any) -> Route:
     """Pick the first enabled binding of an enabled, granted model, preferring hosts the policy has keys for."""
     if not isinstance(model_name, str) or not model_name:
-        raise ModelNotFound("model_not_found", "the request names no model")
+        raise ModelNotFound(message="the request names no model")
     model = models.get(model_name)
     if model is None or not model.enabled:
-        raise ModelNotFound("model_not_found", f"model {model_name!r} does not exist")
+        raise ModelNotFound(message=f"model {model_name!r} does not exist")
     if not policy.grants(model_name):
-        raise ModelNotAllowed("model_not_allowed", f"model {model_name!r} is not granted by policy {policy.name!r}")
+        raise ModelNotAllowed(message=f"model {model_name!r} is not granted by policy {policy.name!r}")
     usable = [b for b in model.bindings if b.enabled and b.host.enabled]
     if not usable:
-        raise NoBinding("no_binding", f"model {model_name!r} has no enabled binding")
+        raise NoBinding(message=f"model {model_name!r} has no enabled binding")
     pool_hosts = {k.host_id for k in policy.key_pool if k.enabled}
     with_keys = [b for b in usable if b.host.id in pool_hosts]
     return Route(model=model, binding=(with_keys or usable)[0], policy=policy)
