@@ -5,7 +5,6 @@ for people unless `--json` asks for the API's answers; a batch id may be spelled
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from app.commands.api_client import MissingToken, call, request
 from app.commands.batch_views import fleet_lines
 from app.commands.batches import print_batch, print_cancelled, print_list, report_results, write_stream
 from app.commands.output import print_json
+from app.settings import ClientSettings
 from schemas.batches import ITEM_STATES
 
 _FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor", "search")
@@ -52,8 +52,9 @@ def register(sub: Any) -> None:
 
 
 def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
-    p.add_argument("--token", dest="key", default=os.environ.get("RELAY_ADMIN_TOKEN"),
+    client = ClientSettings.from_env()
+    p.add_argument("--url", default=client.url, help="Relay API base URL (default $RELAY_URL)")
+    p.add_argument("--token", dest="key", default=client.admin_token,
                    help="the admin token (default $RELAY_ADMIN_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     return p

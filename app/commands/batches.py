@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from app.commands.batch_views import (
 from app.commands.catalog import cli_runtime
 from app.commands.output import print_json
 from app.errors import RelayError
+from app.settings import ClientSettings
 from schemas.durations import DurationError, parse_duration
 
 EXIT_NOT_ALL_COMPLETED = 3
@@ -100,8 +100,9 @@ def register(sub: Any) -> None:
 
 
 def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
-    p.add_argument("--key", default=os.environ.get("RELAY_KEY"), help="relay key or token (default $RELAY_KEY)")
+    client = ClientSettings.from_env()
+    p.add_argument("--url", default=client.url, help="Relay API base URL (default $RELAY_URL)")
+    p.add_argument("--key", default=client.key, help="relay key or token (default $RELAY_KEY)")
     p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     return p
 
