@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchTooLarge, InvalidBatch
 from app.batches.provider_input import from_anthropic_body, from_openai_jsonl
 from app.batches.views import (
     anthropic_batch,
@@ -20,6 +20,7 @@ from app.batches.views import (
     parse_batch_id,
     parse_file_id,
 )
+from app.errors import InvalidJson
 
 BATCH = uuid.UUID("12345678-1234-4234-8234-123456789abc")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
