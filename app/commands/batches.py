@@ -23,7 +23,6 @@ from adapters.base import SHAPES
 from app.batches.retention import purge_batches
 from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
 from app.commands.batch_views import (
-    FINAL,
     batch_state,
     batch_summary,
     batches_table,
@@ -35,6 +34,7 @@ from app.commands.catalog import cli_runtime
 from app.commands.output import print_json
 from app.errors import RelayError
 from app.settings import ClientSettings
+from schemas.batches import FINAL_STATES
 from schemas.durations import DurationError, parse_duration
 
 EXIT_NOT_ALL_COMPLETED = 3
@@ -122,7 +122,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print_json(batch)
         return 0
     batch = wait_for(args, batch["id"], sys.stderr)
-    print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL))
+    print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL_STATES))
     if args.json:
         print_json(batch)
     return 0 if batch["counts"]["completed"] == batch["total"] else EXIT_NOT_ALL_COMPLETED
