@@ -15,7 +15,7 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 from app.api.docs_assets import ASSETS_URL
 from app.api.docs_assets import blp as docs_blueprint
 from app.api.openapi import build_api
-from app.errors import RelayError
+from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTimeout
 from app.observability.metrics import install_request_metrics
 from app.runtime import Runtime
 from app.settings import Settings
@@ -97,28 +97,25 @@ def _register_error_handlers(app: Flask) -> None:
         if isinstance(data, dict) and "messages" in data:
             details = data["messages"]
             code, status, message = "invalid_request", 400, "request failed validation"
-        body = {"error": {"code": code, "message": message}}
-        if details is not None:
-            body["error"]["details"] = details
-        return body, status
+        return RelayError(message, code=code, status=status, details=details).to_dict(), status
 
     @app.errorhandler(psycopg.OperationalError)
     @app.errorhandler(PoolTimeout)
     def database_unavailable(exc: Exception) -> ResponseReturnValue:
         log.warning("database unavailable: %s", type(exc).__name__)
-        body = {"error": {"code": "database_unavailable", "message": "the database is unavailable; retry shortly"}}
-        return body, 503, {"Retry-After": "5"}
+        return relay_error(DatabaseUnavailable(message="the database is unavailable; retry shortly",
+                                               headers={"Retry-After": "5"}))
 
     @app.errorhandler(ClientDisconnected)
     def request_timeout(exc: ClientDisconnected) -> ResponseReturnValue:
         # The body stopped arriving: the server's per-connection I/O deadline passed (app/api/server.py).
-        body = {"error": {"code": "request_timeout", "message": "the request body did not arrive in time"}}
-        return body, 408, {"Connection": "close"}
+        return relay_error(RequestTimeout(message="the request body did not arrive in time",
+                                          headers={"Connection": "close"}))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> ResponseReturnValue:
         log.exception("unhandled error", extra={"request_id": getattr(g, "request_id", None)})
-        return {"error": {"code": "internal_error", "message": "internal error"}}, 500
+        return relay_error(InternalError(message="internal error"))
 
 
 _HTTP_CODES = {

@@ -26,7 +26,7 @@ from app.credentials.errors import (
 from app.credentials.keys import hash_secret
 from app.credentials.model import KeyValueRecord, RelayKeyRecord, TokenRecord
 from app.credentials.tokens import TOKEN_PREFIX, decode_token, signing_key
-from app.errors import ServiceUnavailable
+from app.errors import DatabaseUnavailable
 from app.runtime import Runtime
 
 __all__ = ["authenticate", "credential_from_headers", "get_policy", "recheck_caller"]
@@ -148,7 +148,7 @@ def _token_from_database(runtime: Runtime, caller: Caller) -> TokenRecord | None
         with runtime.pool.connection() as conn:
             return credential_store.get_token(conn, caller.credential_id)
     except psycopg.Error as exc:
-        raise ServiceUnavailable("database_unavailable", "cannot check the token now") from exc
+        raise DatabaseUnavailable(message="cannot check the token now") from exc
 
 
 def _header(headers: HeaderSource, name: str) -> str:

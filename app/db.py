@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
-from app.errors import ServiceUnavailable
+from app.errors import DatabaseUnavailable
 
 CONNECT_TIMEOUT_S = 5  # a connection attempt to a host that does not answer (a partition), unless the URL says
 RECONNECT_MAX_DELAY_S = 0.5  # the longest wait between two attempts to replace a lost connection
@@ -89,7 +89,7 @@ def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: 
     except Exception as exc:  # psycopg_pool raises PoolTimeout wrapping the connect error
         pool.close()
         message = f"cannot connect to Postgres: {_reason(database_url)}"
-        raise ServiceUnavailable("database_unavailable", message) from exc
+        raise DatabaseUnavailable(message=message) from exc
     return pool
 
 
@@ -138,7 +138,7 @@ def check_database(database_url: str) -> None:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         message = f"cannot connect to Postgres at {_reason(database_url)}: {_first_line(exc)}"
-        raise ServiceUnavailable("database_unavailable", message) from exc
+        raise DatabaseUnavailable(message=message) from exc
 
 
 def _reason(url: str) -> str:

@@ -11,8 +11,10 @@ class RelayError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, code: str | None = None, message: str | None = None, *, details: Any = None,
-                 headers: dict[str, str] | None = None, status: int | None = None) -> None:
+    def __init__(self, message: str | None = None, *, details: Any = None, headers: dict[str, str] | None = None,
+                 status: int | None = None, code: str | None = None) -> None:
+        """A condition is a class (its status and code); CODE and STATUS are only for an error translated from one
+        whose code comes from elsewhere (another API's answer, an adapter's error, a werkzeug HTTP error)."""
         self.code = code or type(self).code
         self.message = message or self.code.replace("_", " ")
         self.details = details
@@ -28,6 +30,20 @@ class RelayError(Exception):
         return {"error": body}
 
 
+class InternalError(RelayError):
+    """Anything Relay did not expect: logged, never shown."""
+
+    status = 500
+    code = "internal_error"
+
+
+class RequestTimeout(RelayError):
+    """The request body stopped arriving (the server's per-connection I/O deadline passed)."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class BadRequest(RelayError):
     status = 400
     code = "bad_request"
@@ -36,6 +52,18 @@ class BadRequest(RelayError):
 class ValidationFailed(RelayError):
     status = 400
     code = "invalid_request"
+
+
+class InvalidJson(BadRequest):
+    """The body is not valid UTF-8 JSON."""
+
+    code = "invalid_json"
+
+
+class BodyNotObject(BadRequest):
+    """The body is JSON, but not the object the route takes."""
+
+    code = "invalid_body"
 
 
 class Unauthorized(RelayError):
@@ -81,6 +109,14 @@ class UpstreamFailed(RelayError):
 class ServiceUnavailable(RelayError):
     status = 503
     code = "service_unavailable"
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    code = "database_unavailable"
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    code = "broker_unavailable"
 
 
 class InsufficientStorage(RelayError):

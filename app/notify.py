@@ -1,5 +1,6 @@
 """A background thread that LISTENs on Postgres channels over its own autocommit connection, reconnecting with a
-short backoff; the per-process caches (catalog, key health) build on it."""
+short backoff: the one LISTEN loop, which the per-process caches (catalog, key health), the webhook outbox and the
+workers' submit and cancel listener build on."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ MAX_BACKOFF_S = 1.0
 
 class NotifyListener:
     """LISTEN on CHANNELS; ON_CONNECT(conn) after every (re)connect (notifications sent while disconnected are
-    lost: catch up there), ON_WAKE(conn, payloads) after each notification or INTERVAL seconds without one."""
+    lost: catch up there), ON_WAKE(conn, notes) after each notification or INTERVAL seconds without one (NOTES
+    empty; each note has its `channel` and `payload`)."""
 
     def __init__(self, database_url: str, channels: Sequence[str], *, name: str, interval: float,
                  on_connect: Callable[[Connection], object],
-                 on_wake: Callable[[Connection, list[str]], object]) -> None:
+                 on_wake: Callable[[Connection, list[psycopg.Notify]], object]) -> None:
         self._url = database_url
         self._channels = tuple(channels)
         self._name = name
@@ -64,5 +66,4 @@ class NotifyListener:
 
     def _wait(self, conn: Connection) -> None:
         while not self._stop.is_set():
-            payloads = [note.payload for note in conn.notifies(timeout=self._interval, stop_after=1)]
-            self._on_wake(conn, payloads)
+            self._on_wake(conn, list(conn.notifies(timeout=self._interval, stop_after=1)))

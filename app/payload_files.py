@@ -157,7 +157,8 @@ class WritePath:
         self.file_mode, self.dir_mode = file_mode, directory_mode(file_mode)
 
     def make_dir(self, path: Path) -> None:
-        """PATH and any missing parent, each with the folders' mode (an existing folder is left as it is)."""
+        """PATH and any missing parent, each with the folders' mode and its entry synced in its parent (an existing
+        folder is left as it is)."""
         if path.is_dir():
             return
         self.make_dir(path.parent)
@@ -166,6 +167,7 @@ class WritePath:
         except FileExistsError:  # made meanwhile by another thread or process
             return
         os.chmod(path, self.dir_mode)
+        fsync_dir(path.parent)
 
     def new_dir(self, path: Path) -> None:
         """A new folder PATH (FileExistsError if there is one), with the folders' mode; its parent exists."""

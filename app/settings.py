@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 from app.queues import QUEUE_TYPES
 
@@ -54,21 +55,20 @@ class Settings:
     webhook_give_up_after_s: float = 259_200.0  # 72 h: then a delivery is marked failed
     webhook_queue_name: str = ""  # the webhook actor's queue; empty: RELAY_QUEUE_NAME + ".webhooks"
     api_connections_per_address: int = -1  # a server process's connections one address may hold: -1 half, 0 any
+    # The process commands' defaults (`relay api --bind/--workers/--connections`, `relay worker -p/-t/--gevent`)
+    api_bind: str = "127.0.0.1:8080"
+    api_workers: int = 2
+    api_connections: int = 1000  # open connections per API worker process, at most
+    worker_processes: int = 2
+    worker_threads: int = 16
+    worker_gevent: bool = False
+    worker_metrics_port: int = 9464  # the workers' /metrics server; 0 turns it off
+    worker_metrics_host: str = "127.0.0.1"  # 0.0.0.0 in a pod, where Prometheus scrapes the pod's address
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Build settings from RELAY_* variables; raise SettingsError naming the first bad one."""
-        env = os.environ if env is None else env
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            name = "RELAY_" + f.name.upper()
-            raw = env.get(name)
-            if raw is None or raw == "":
-                if f.default is MISSING:
-                    raise SettingsError(f"{name} is required but not set")
-                continue
-            values[f.name] = _parse(name, raw, f.type)
-        settings = cls(**values)  # type: ignore[arg-type]
+        settings = cls(**_read_env(cls, env))
         settings.validate()
         return settings
 
@@ -125,6 +125,37 @@ class Settings:
         return _file_mode(self.batch_payload_mode)
 
 
+@dataclass(frozen=True)
+class ClientSettings:
+    """What the `relay batches` and `relay admin-batches` clients read from the environment (they need no
+    database): the API's URL (RELAY_URL), a relay key or token (RELAY_KEY), the admin token (RELAY_ADMIN_TOKEN), and
+    the cost bound in dollars above which `relay batches submit` asks first (RELAY_CONFIRM_ABOVE)."""
+
+    url: str = "http://127.0.0.1:8080"
+    key: str | None = None
+    admin_token: str | None = None
+    confirm_above: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientSettings:
+        return cls(**_read_env(cls, env))
+
+
+def _read_env(cls: type, env: Mapping[str, str] | None) -> dict[str, Any]:
+    """The RELAY_<FIELD> values of dataclass CLS's fields that are set in ENV (os.environ), parsed to their types."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        name = "RELAY_" + f.name.upper()
+        raw = env.get(name)
+        if raw is None or raw == "":
+            if f.default is MISSING:
+                raise SettingsError(f"{name} is required but not set")
+            continue
+        values[f.name] = _parse(name, raw, f.type)
+    return values
+
+
 def _file_mode(text: str) -> int:
     """An octal file mode, at most 0777, with read and write for the owner; SettingsError otherwise."""
     try:
@@ -137,6 +168,9 @@ def _file_mode(text: str) -> int:
     return mode
 
 
+_NOT_A_NUMBER = {"RELAY_WORKER_METRICS_PORT": "must be a port number (0 turns the workers' metrics off), not {raw!r}"}
+
+
 def _parse(name: str, raw: str, kind: object) -> object:
     try:
         if kind in ("int", int):
@@ -144,5 +178,10 @@ def _parse(name: str, raw: str, kind: object) -> object:
         if kind in ("float", float):
             return float(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+        problem = _NOT_A_NUMBER.get(name, "must be a number, got {raw!r}").format(raw=raw)
+        raise SettingsError(f"{name} {problem}") from None
+    if kind in ("bool", bool):
+        if raw.lower() not in ("1", "0", "true", "false"):
+            raise SettingsError(f"{name} must be 1 or 0, got {raw!r}")
+        return raw.lower() in ("1", "true")
     return raw

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import sysstat
-from bench.env import SERVICES_DIR
+from bench.env import FINAL, SERVICES_DIR
 from bench.report import Results
 from devtools.cluster import faults
 from devtools.cluster.harness import Cluster, ClusterStack, db_now, finish_times, longest_gap, resume_after
@@ -38,7 +38,6 @@ THREADS = 16
 FAULT_MS = 250  # the upstream's latency while a fault is timed: 2 x 8 threads, about 64 items/s, under the CPU's
 WARMUP = 300  # items completed before the fault (about 5 s of that drain: a steady rate to compare with)
 INSTANT_FAULT_S = 5.0  # a fault that is over at once (a failover): the rate is compared over this long after it
-FINAL = ("completed", "discarded", "cancelled")
 FAULTS: dict[str, Callable[[ClusterStack, Cluster, faults.Pace], faults.Fault]] = {
     "leader": faults.kill_queue_leader, "failover": faults.fail_over_postgres, "mqcut": faults.cut_from_broker,
     "pgcut": faults.cut_from_database, "rolling": faults.rolling_restart}

@@ -22,12 +22,13 @@ from bench.sizes import Sizes
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.processes import RelayProcess, free_port, start_api, start_relay
 from devtools.services import ServiceUrls, ensure_services, fresh_services
+from schemas.batches import FINAL_STATES
 
 MODEL = "gpt-4o-mini"
 TRICKLE_REPLY = "word " * 100  # streamed a couple of words at a time, CHUNK_DELAY_MS apart: a stream that lasts
 CHUNK_DELAY_MS = 50
 BIG_REPLY = "x" * 8_000_000  # one 8 MB delta: more than the sockets' buffers hold, so a gateway's write blocks
-FINAL = ("completed", "discarded", "cancelled")
+FINAL = FINAL_STATES
 # Host keys by behaviour (latencies are set on the fake upstream per key).
 SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve().parent.parent / ".services"))
 WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk

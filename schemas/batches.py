@@ -6,12 +6,15 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
+from adapters.base import SHAPES
 from schemas.catalog import PRINTABLE
 from schemas.durations import DurationError, parse_duration
 from schemas.webhooks import CallbackSchema
 
-SHAPES = ("openai", "anthropic", "openai_responses")
-ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
+# The one list of each: an item's states (active, then final), a batch's statuses; shapes are the adapters'.
+ACTIVE_STATES = ("queued", "running")
+FINAL_STATES = ("completed", "discarded", "cancelled")
+ITEM_STATES = (*ACTIVE_STATES, *FINAL_STATES)
 BATCH_STATUSES = ("queued", "cancelled")
 MAX_ITEMS_PAGE = 1000
 MAX_BATCHES_PAGE = 100

@@ -7,10 +7,11 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from adapters.base import SHAPES
 from schemas.durations import DurationError, format_duration, parse_duration
 from schemas.webhooks import EVENT_TYPES, check_secret, check_url
 
-ADAPTERS = ("openai", "anthropic", "openai_responses")
+ADAPTERS = SHAPES  # a binding names one of the wire shapes
 KEY_SELECTIONS = ("prioritized", "round_robin", "least_recently_used")
 MAX_ITEMS = 10_000
 MAX_COUNT = 10**15  # requests or tokens per window (bigint columns)

@@ -60,7 +60,7 @@ class CatalogCache:
         if listen:
             self._listener = NotifyListener(settings.database_url, [store.NOTIFY_CHANNEL], name=LISTENER_NAME,
                                             interval=settings.cache_poll_interval_s, on_connect=self._catch_up,
-                                            on_wake=lambda conn, _payloads: self._catch_up(conn)).start()
+                                            on_wake=lambda conn, _notes: self._catch_up(conn)).start()
 
     def snapshot(self) -> CatalogSnapshot:
         """The current snapshot (no I/O)."""

@@ -13,7 +13,7 @@ from app.api.bodies import json_text
 from app.api.openapi import error_answers
 from app.batches.validation import STRICT_JSON, json_depth, json_problem
 from app.credentials.errors import InvalidCredential, MissingCredential
-from app.errors import BadRequest, ValidationFailed
+from app.errors import InvalidJson, ValidationFailed
 from app.runtime import Runtime
 
 CATALOG_MAX_BYTES = 16 * 1024 * 1024
@@ -55,7 +55,7 @@ def _refuse_bad_json() -> None:
     except RecursionError as exc:
         raise ValidationFailed(message="the JSON body is nested too deeply") from exc
     except ValueError as exc:
-        raise BadRequest("invalid_json", f"the request body is not valid JSON: {json_problem(exc)}") from None
+        raise InvalidJson(message=f"the request body is not valid JSON: {json_problem(exc)}") from None
     if json_depth(body) > MAX_JSON_DEPTH:
         raise ValidationFailed(message=f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep")
 

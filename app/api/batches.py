@@ -79,7 +79,7 @@ def _batch_body() -> bytes | bytearray:
     """A submit's body: JSON, at most RELAY_BATCH_MAX_BYTES."""
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType("unsupported_media_type", "send the batch as application/json")
+        raise UnsupportedMediaType(message="send the batch as application/json")
     return read_body(_runtime().settings.batch_max_bytes, _too_large)
 
 

@@ -9,7 +9,7 @@ from gunicorn.http.body import Body, LengthReader
 from gunicorn.http.unreader import SocketUnreader
 from werkzeug.exceptions import ClientDisconnected
 
-from app.errors import BadRequest, RelayError
+from app.errors import BadRequest, InvalidJson, RelayError
 
 _READ_CHUNK = 1 << 20
 
@@ -78,5 +78,5 @@ def json_text(raw: bytes | bytearray) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise BadRequest("invalid_json", f"the request body is not valid UTF-8: {exc.reason} at byte {exc.start}") \
+        raise InvalidJson(message=f"the request body is not valid UTF-8: {exc.reason} at byte {exc.start}") \
             from None

@@ -19,7 +19,14 @@ from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error
 from app.api.openapi import error_answers
 from app.batches.validation import STRICT_JSON, SURROGATE_ESCAPE, json_problem, text_problem
-from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
+from app.errors import (
+    BodyNotObject,
+    InvalidJson,
+    PayloadTooLarge,
+    RelayError,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 from app.pipeline import run_inference
 from app.pipeline.types import InferenceCall, InferenceResult
 from app.runtime import Runtime
@@ -45,26 +52,26 @@ def json_body() -> dict[str, Any]:
     """The request body as a JSON object, or a 4xx naming what is wrong with it."""
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
+        raise UnsupportedMediaType(message="send the body as application/json")
     text = json_text(read_body(_runtime().settings.max_request_bytes, _too_large))
     try:
         body = STRICT_JSON.decode(text or "null")
     except ValueError as exc:  # bad syntax, NaN/Infinity, an integer of more than 4,300 digits
-        raise BadRequest("invalid_json", f"the request body is not valid JSON: {json_problem(exc)}") from None
+        raise InvalidJson(message=f"the request body is not valid JSON: {json_problem(exc)}") from None
     except RecursionError:
-        raise BadRequest("invalid_json", "the request body is nested too deeply") from None
+        raise InvalidJson(message="the request body is nested too deeply") from None
     if not isinstance(body, dict):
-        raise BadRequest("invalid_body", "the request body must be a JSON object")
+        raise BodyNotObject(message="the request body must be a JSON object")
     problem = text_problem(body.get("model"))
     if problem is None and SURROGATE_ESCAPE.search(text):
         problem = text_problem(body, nul=False)
     if problem is not None:
-        raise ValidationFailed("invalid_request", f"the request holds text that cannot be sent upstream: {problem}")
+        raise ValidationFailed(message=f"the request holds text that cannot be sent upstream: {problem}")
     return body
 
 
 def _too_large(limit: int) -> RelayError:
-    return PayloadTooLarge("payload_too_large", f"a request body holds at most {limit} bytes")
+    return PayloadTooLarge(message=f"a request body holds at most {limit} bytes")
 
 
 def _validate(shape: str, body: dict[str, Any]) -> None:
@@ -78,7 +85,7 @@ def _validate(shape: str, body: dict[str, Any]) -> None:
         errors = get_adapter(shape).validate_request(body)
     if errors:
         details = [{"field": e.field, "message": e.message} for e in errors]
-        raise ValidationFailed("invalid_request", "; ".join(f"{e.field}: {e.message}" for e in errors),
+        raise ValidationFailed(message="; ".join(f"{e.field}: {e.message}" for e in errors),
                                details=details)
 
 

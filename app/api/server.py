@@ -37,6 +37,7 @@ from werkzeug.exceptions import ClientDisconnected
 
 from app.api.bodies import MalformedBody
 from app.api.connections import ConnectionSlots, TooManyConnections
+from app.errors import InternalError, RelayError
 
 log = logging.getLogger("relay.api.server")
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
@@ -71,13 +72,14 @@ _REASONS = {400: "Bad Request", 414: "URI Too Long", 417: "Expectation Failed",
 
 def error_answer(exc: BaseException, request_id: str) -> bytes:
     """The whole HTTP answer (connection closed after it) for a request gunicorn could not parse."""
-    status, code, message = 500, "internal_error", "internal error"
+    error: RelayError = InternalError(message="internal error")
     for kind, kind_status, kind_code, kind_message in _PARSE_ERRORS:
         if isinstance(exc, kind):
-            status, code, message = kind_status, kind_code, kind_message
+            error = RelayError(kind_message, code=kind_code, status=kind_status)  # gunicorn's error, translated
             break
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+    body = json.dumps(error.to_dict()).encode()
+    head = (f"HTTP/1.1 {error.status} {_REASONS[error.status]}\r\nConnection: close\r\n"
+            "Content-Type: application/json\r\n"
             f"x-request-id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
 

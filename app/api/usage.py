@@ -17,8 +17,9 @@ from marshmallow import RAISE
 
 from app.api.openapi import error_answers
 from app.auth import authenticate, credential_from_headers
+from app.cursors import EventCursor
 from app.runtime import Runtime
-from app.usage.queries import Cursor, UsageFilter, Visibility, csv_lines, event_json, jsonl_lines, summary_json
+from app.usage.queries import UsageFilter, Visibility, csv_lines, event_json, jsonl_lines, summary_json
 from app.usage.store import iter_events, list_events, summarize
 from schemas.usage import EventListArgs, EventPageSchema, ExportArgs, SummaryArgs, SummarySchema
 
@@ -72,13 +73,13 @@ def _documented(summary: str) -> Any:
 @_documented("Usage events, newest first, one page at a time (follow next_cursor)")
 def list_usage_events(args: dict[str, Any]) -> dict[str, Any]:
     vis: Visibility = g.usage_visibility
-    after = Cursor.decode(args["cursor"]) if "cursor" in args else None
+    after = EventCursor.decode(args["cursor"]) if "cursor" in args else None
     limit = args["limit"]
     with _runtime().pool.connection() as conn:
         rows = list_events(conn, UsageFilter.from_args(args), vis, limit=limit + 1, after=after)
     page = rows[:limit]
     more = len(rows) > limit
-    next_cursor = Cursor(page[-1]["created_at"], page[-1]["id"]).encode() if more else None
+    next_cursor = EventCursor(page[-1]["created_at"], page[-1]["id"]).encode() if more else None
     return {"events": [event_json(r) for r in page], "next_cursor": next_cursor}
 
 

@@ -23,12 +23,6 @@ class InvalidBatch(BadRequest):
     code = "invalid_batch"
 
 
-class InvalidJson(BadRequest):
-    """The body is not valid UTF-8 JSON."""
-
-    code = "invalid_json"
-
-
 class BatchTooLarge(PayloadTooLarge):
     """More items than RELAY_BATCH_MAX_ITEMS."""
 

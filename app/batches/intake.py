@@ -22,7 +22,7 @@ import msgspec
 
 from adapters.fields import closed_type
 from adapters.registry import ADAPTERS
-from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch
 from app.batches.validation import (
     MAX_ERRORS,
     STRICT_JSON,
@@ -34,6 +34,7 @@ from app.batches.validation import (
     typed_item_needs_no_checks,
     validate_envelope,
 )
+from app.errors import InvalidJson
 
 _DECODER = STRICT_JSON
 T = TypeVar("T")

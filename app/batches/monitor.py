@@ -16,6 +16,7 @@ import psycopg
 from app.batches import outbox, outcomes, store
 from app.batches.finals import expire_due, finalize_by_key
 from app.batches.runner import WorkerContext
+from app.notify import NotifyListener
 
 log = logging.getLogger("relay.batches.monitor")
 
@@ -151,42 +152,33 @@ def watchdog(ctx: WorkerContext) -> Callable[[], None]:
 
 
 class Listener:
-    """LISTENs for submits and cancels on one autocommit connection; polls cancelled batches as a backstop."""
+    """Hears submits (wakes the dispatcher) and cancels (stops local running items of the batch) on the one LISTEN
+    loop (`app.notify`); polls cancelled batches as a backstop."""
 
     def __init__(self, ctx: WorkerContext, on_submit: Callable[[], None]) -> None:
         self.ctx = ctx
         self._on_submit = on_submit
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay-batch-listener", daemon=True)
         self._next_poll = 0.0
+        self._notify = NotifyListener(ctx.runtime.settings.database_url, [store.SUBMIT_CHANNEL, store.CANCEL_CHANNEL],
+                                      name="relay-batch-listener", interval=0.5, on_connect=self._connected,
+                                      on_wake=self._wake)
 
     def start(self) -> None:
-        self._thread.start()
+        self._notify.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
+        self._notify.close(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self.ctx.runtime.settings.database_url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {store.SUBMIT_CHANNEL}")
-                    conn.execute(f"LISTEN {store.CANCEL_CHANNEL}")
-                    self._next_poll = 0.0  # notifications sent while disconnected are lost: poll at once
-                    self._on_submit()
-                    self._listen(conn)
-            except Exception as exc:  # reconnect after a database restart
-                log.warning("batch listener: %s: %s", type(exc).__name__, exc)
-                self._stop.wait(1.0)
+    def _connected(self, _conn: object) -> None:
+        self._next_poll = 0.0  # notifications sent while disconnected are lost: poll at once
+        self._on_submit()
 
-    def _listen(self, conn: psycopg.Connection) -> None:
-        while not self._stop.is_set():
-            for note in conn.notifies(timeout=0.5, stop_after=1):
-                self._handle(note.channel, note.payload)
-            if time.monotonic() >= self._next_poll:
-                self.poll_cancelled()
-                self._next_poll = time.monotonic() + CANCEL_POLL_S
+    def _wake(self, _conn: object, notes: list[psycopg.Notify]) -> None:
+        for note in notes:
+            self._handle(note.channel, note.payload)
+        if time.monotonic() >= self._next_poll:
+            self.poll_cancelled()
+            self._next_poll = time.monotonic() + CANCEL_POLL_S
 
     def _handle(self, channel: str, payload: str) -> None:
         if channel == store.SUBMIT_CHANNEL:

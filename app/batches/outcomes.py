@@ -7,7 +7,7 @@ An item is `completed`, `cancelled`, or `discarded` with an error text (never th
    → `pipeline_rejection` (`model_not_found`, `model_not_allowed`, `no_binding`, `cross_shape_dispatch`);
 3. the policy's rate limit is spent when it runs → `pipeline_rejection` (`rate_limited`);
 4. the submitting credential stopped working → `credential_stopped`;
-5. the batch's policy was deleted or disabled → `policy_deleted`, `policy_disabled`;
+5. the batch's policy was deleted or disabled → `policy_stopped` (`policy_deleted`, `policy_disabled`);
 6. it runs longer than the item time limit → `time_limit`;
 7. its request file cannot be loaded → `load_input_failed`.
 Relay adds: the worker running it died (`worker_lost`), its claim was cut by a dropped connection
@@ -50,12 +50,9 @@ def credential_stopped(exc: RelayError) -> Outcome:
     return Outcome("discarded", f"the submitting credential stopped working: {exc.message}", exc.code, 401)
 
 
-def policy_deleted() -> Outcome:
-    return Outcome("discarded", "the batch's policy was deleted", "policy_deleted", 403)
-
-
-def policy_disabled() -> Outcome:
-    return Outcome("discarded", "the batch's policy is disabled", "policy_disabled", 403)
+def policy_stopped(exc: RelayError) -> Outcome:
+    """The batch's policy was deleted or disabled (routing.check_policy's code and text, as a live request's)."""
+    return Outcome("discarded", exc.message, exc.code, exc.status)
 
 
 def time_limit() -> Outcome:

@@ -27,6 +27,12 @@ from schemas.batch_ids import parse_batch_id
 KEEP: Any = object()  # an option left out of the re-run body: the source batch's value is kept
 
 
+class PayloadUnavailable(ServiceUnavailable):
+    """The batch's request file is not readable here (another replica's payload directory)."""
+
+    code = "payload_unavailable"
+
+
 @dataclass(frozen=True)
 class RerunPlan:
     """What a re-run submits: the source batch's row, each chosen item's (idx, idx in the chain's original batch,
@@ -98,7 +104,7 @@ def _request_bodies(runtime: Runtime, batch_id: UUID, idxs: list[int]) -> list[b
     try:
         return [payloads.read_request(batch_id, idx) for idx in idxs]
     except PayloadMissing as exc:
-        raise ServiceUnavailable("payload_unavailable", "cannot re-run: the batch's requests are not visible to"
+        raise PayloadUnavailable(message="cannot re-run: the batch's requests are not visible to"
                                                         f" this replica ({exc})") from exc
 
 

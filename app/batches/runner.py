@@ -35,6 +35,7 @@ from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
 from app.pipeline.interrupt import Interrupted, Interrupter
 from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
+from app.pipeline.routing import PolicyUnavailable, check_policy
 from app.pipeline.types import InferenceCall
 from app.runtime import Runtime
 from app.usage.writer import GroupWriter, ItemFinal, UsageRecord
@@ -268,11 +269,10 @@ def _call(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall, interrupte
 
 def _precheck(runtime: Runtime, item: ClaimedItem) -> Outcome | None:
     """The batch's policy must still exist and be enabled, and the submitting credential must still work."""
-    policy = get_policy(runtime, item.policy_id)
-    if policy is None:
-        return outcomes.policy_deleted()
-    if not policy.enabled:
-        return outcomes.policy_disabled()
+    try:
+        check_policy(get_policy(runtime, item.policy_id))
+    except PolicyUnavailable as exc:
+        return outcomes.policy_stopped(exc)
     try:
         recheck_caller(runtime, item.caller)
     except RelayError as exc:

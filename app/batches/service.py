@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import threading
@@ -27,24 +26,21 @@ from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
-from app.errors import BadRequest, ServiceUnavailable
+from app.cursors import decode_cursor, encode_cursor
+from app.errors import DatabaseUnavailable
 from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
 from app.webhooks.callbacks import callback_columns
 from schemas.batch_ids import parse_batch_id
+from schemas.batches import ITEM_STATES
 from schemas.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from app.payload_files import Body
 
 RESULTS_CHUNK = 2000
-_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 _payloads_lock = threading.Lock()
-
-
-class InvalidCursor(BadRequest):
-    code = "invalid_cursor"
 
 
 def payload_store(runtime: Runtime) -> PayloadStore:
@@ -129,7 +125,7 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
             written()  # the writer is done (stopped early, or failed) before its files are removed
         payloads.remove_batch(batch_id)
         if isinstance(exc, psycopg.OperationalError):
-            raise ServiceUnavailable("database_unavailable", "cannot store the batch: database unavailable") from exc
+            raise DatabaseUnavailable(message="cannot store the batch: database unavailable") from exc
         raise
     return batch_view(row, {"queued": total}, items=[], next_after=None,  # no item is listed: no next page
                       pacing=_pacing(runtime, row, total))
@@ -310,9 +306,11 @@ class ResultsCut(BatchNotFound):
     """The batch was deleted while its results were read: what was sent is not all of them (a 404 when nothing
     was sent yet; a stream already under way ends visibly cut, see cut_visibly)."""
 
+    code = "results_incomplete"
+
     def __init__(self, sent: int | None = None, total: int | None = None) -> None:
         counted = f": {sent} of {total} results were sent" if sent is not None else ""
-        super().__init__("results_incomplete", f"the batch was deleted while its results were read{counted}")
+        super().__init__(message=f"the batch was deleted while its results were read{counted}")
 
 
 def cut_visibly(chunks: Iterator[bytes], cut_line: Callable[[ResultsCut], bytes]) -> Iterator[bytes]:
@@ -416,7 +414,7 @@ def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
         return bool(store.existing_batches(conn, [batch_id]))
 
 
-_STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in _STATES}
+_STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in ITEM_STATES}
 
 
 def _result_entries(rows: list[store.ResultRow], responses: list[bytes | memoryview | None]) -> list[bytes]:
@@ -448,7 +446,7 @@ def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[
     policies) and, once finished, its usage (tokens too)."""
     view = summary_view(row, usage)
     view["pacing"] = pacing
-    view["counts"] = {s: counts.get(s, 0) for s in _STATES}
+    view["counts"] = {s: counts.get(s, 0) for s in ITEM_STATES}
     view["cost_usd"] = cost_usd(cost_nanos)
     view["items"] = items
     view["items_next_after"] = next_after
@@ -483,19 +481,3 @@ def _jsonb(value: dict[str, Any] | None) -> Any:
     from psycopg.types.json import Jsonb
 
     return Jsonb(value) if value is not None else None
-
-
-def encode_cursor(created_at: datetime, batch_id: UUID) -> str:
-    """A page cursor naming a row by (created_at, id): the batch lists' and the webhook deliveries'."""
-    raw = f"{created_at.isoformat()}|{batch_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """The (created_at, id) of encode_cursor's CURSOR; InvalidCursor (400) for anything else."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, _, ident = raw.partition("|")
-        return datetime.fromisoformat(stamp), UUID(ident)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidCursor(message="invalid cursor: pass next_cursor from the previous page") from exc

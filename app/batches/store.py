@@ -24,6 +24,7 @@ from psycopg.rows import tuple_row
 from app.webhooks.events import record_ended
 from app.webhooks.store import ENDED_COLUMNS
 from schemas.batch_ids import parse_batch_id
+from schemas.batches import ITEM_STATES
 
 Row = dict[str, Any]
 Conn = Connection[Any]
@@ -34,8 +35,6 @@ OutcomeRow = tuple[int, str | None, int | None, int | None, str, Any, str | None
 
 SUBMIT_CHANNEL = "relay_batch_submit"
 CANCEL_CHANNEL = "relay_batch_cancel"
-FINAL_STATES = ("completed", "discarded", "cancelled")
-ITEM_STATES = ("queued", "running", *FINAL_STATES)
 BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"

@@ -5,17 +5,17 @@ for people unless `--json` asks for the API's answers; a batch id may be spelled
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.commands.api_client import ApiError, call, request
+from app.commands.api_client import MissingToken, call, request
 from app.commands.batch_views import fleet_lines
 from app.commands.batches import print_batch, print_cancelled, print_list, report_results, write_stream
 from app.commands.output import print_json
+from app.settings import ClientSettings
+from schemas.batches import ITEM_STATES
 
-_ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 _FILTERS = ("principal", "credential", "policy", "from", "to", "status", "cursor", "search")
 
 
@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_with_token(cmd_list))
     p = _with_client(cmds.add_parser("status", help="any batch with its counts and a page of items"))
     p.add_argument("id")
-    p.add_argument("--state", choices=_ITEM_STATES, help="list items in this state")
+    p.add_argument("--state", choices=ITEM_STATES, help="list items in this state")
     p.add_argument("--after", type=int, default=-1, help="list items with idx greater than this")
     p.add_argument("--limit", type=int, default=20, help="items to list (default 20)")
     p.set_defaults(func=_with_token(cmd_status))
@@ -52,8 +52,9 @@ def register(sub: Any) -> None:
 
 
 def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
-    p.add_argument("--token", dest="key", default=os.environ.get("RELAY_ADMIN_TOKEN"),
+    client = ClientSettings.from_env()
+    p.add_argument("--url", default=client.url, help="Relay API base URL (default $RELAY_URL)")
+    p.add_argument("--token", dest="key", default=client.admin_token,
                    help="the admin token (default $RELAY_ADMIN_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     return p
@@ -63,7 +64,7 @@ def _with_token(command: Callable[[argparse.Namespace], int]) -> Callable[[argpa
     """COMMAND, after checking that an admin token was given (the API would answer 401 anyway, less clearly)."""
     def run(args: argparse.Namespace) -> int:
         if not args.key:
-            raise ApiError("missing_token", "pass --token or set RELAY_ADMIN_TOKEN")
+            raise MissingToken(message="pass --token or set RELAY_ADMIN_TOKEN")
         return command(args)
     return run
 

@@ -31,6 +31,18 @@ class ApiError(RelayError):
         return self.status == UNREACHABLE or self.status in TRANSIENT_STATUSES
 
 
+class MissingKey(ApiError):
+    code = "missing_key"
+
+
+class MissingToken(ApiError):
+    code = "missing_token"
+
+
+class ApiUnreachable(ApiError):
+    code = "api_unreachable"
+
+
 def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
     """One call's JSON answer."""
     return request(args, method, path, **kwargs).json()
@@ -39,12 +51,12 @@ def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any
 def request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> requests.Response:
     """One HTTP call to the Relay API with ARGS.key as the bearer credential; API errors become ApiError."""
     if not args.key:
-        raise ApiError("missing_key", "pass --key or set RELAY_KEY")
+        raise MissingKey(message="pass --key or set RELAY_KEY")
     headers = {"authorization": f"Bearer {args.key}", **kwargs.pop("headers", {})}
     try:
         response = requests.request(method, args.url.rstrip("/") + path, headers=headers, timeout=300, **kwargs)
     except requests.RequestException as exc:
-        raise ApiError("api_unreachable", f"cannot reach the Relay API at {args.url}: {_reason(exc)}",
+        raise ApiUnreachable(message=f"cannot reach the Relay API at {args.url}: {_reason(exc)}",
                        status=UNREACHABLE) from exc
     if response.status_code >= 400:
         raise _error_of(response)
@@ -57,7 +69,7 @@ def _error_of(response: requests.Response) -> ApiError:
         code, message, details = str(error["code"]), str(error["message"]), error.get("details")
     except (ValueError, KeyError, TypeError):
         code, message, details = "http_error", f"HTTP {response.status_code}", None
-    return ApiError(code, message, details=details, status=response.status_code)
+    return ApiError(message, code=code, details=details, status=response.status_code)
 
 
 def _reason(exc: requests.RequestException) -> str:
@@ -78,9 +90,9 @@ def hint_for_admin_token(args: argparse.Namespace, exc: ApiError) -> ApiError:
         request(args, "GET", "/admin/batches", params={"limit": 1})
     except ApiError:
         return exc
-    return ApiError(exc.code, f"{exc.message}: this is the admin token, which reads every owner's batches with"
-                              " `relay admin-batches`; `relay batches` takes a relay key (rk_...) or an inference"
-                              " token (rt_...)", details=exc.details, status=exc.status)
+    return ApiError(f"{exc.message}: this is the admin token, which reads every owner's batches with"
+                    " `relay admin-batches`; `relay batches` takes a relay key (rk_...) or an inference"
+                    " token (rt_...)", code=exc.code, details=exc.details, status=exc.status)
 
 
 def with_retries(attempt: Callable[[], T], *, doing: str, give_up_after_s: float, out: IO[str] = sys.stderr,
@@ -97,7 +109,7 @@ def with_retries(attempt: Callable[[], T], *, doing: str, give_up_after_s: float
             now = time.monotonic()
             first, failing_since = failing_since is None, now if failing_since is None else failing_since
             if now - failing_since >= give_up_after_s:
-                raise ApiError(exc.code, f"{exc.message} (for {now - failing_since:.0f} s; {doing})",
+                raise ApiError(f"{exc.message} (for {now - failing_since:.0f} s; {doing})", code=exc.code,
                                details=exc.details, status=exc.status) from exc
             out.write(("\n" if first else "") + f"relay: {exc.message}; {doing}; asking again in {delay:g} s\n")
             out.flush()

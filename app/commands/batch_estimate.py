@@ -12,7 +12,6 @@ has no bound (unpriced models, items without an output limit) is not asked about
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from decimal import Decimal, InvalidOperation
 from typing import IO, Any
@@ -20,6 +19,7 @@ from typing import IO, Any
 from app.commands.batch_views import clock
 from app.commands.output import table
 from app.errors import RelayError
+from app.settings import ClientSettings
 
 DEFAULT_CONFIRM_ABOVE = Decimal("1.00")
 
@@ -57,7 +57,7 @@ def confirm_above(args: argparse.Namespace) -> Decimal:
     """`--confirm-above`, else $RELAY_CONFIRM_ABOVE, else DEFAULT_CONFIRM_ABOVE."""
     if args.confirm_above is not None:
         return args.confirm_above  # type: ignore[no-any-return]
-    raw = os.environ.get("RELAY_CONFIRM_ABOVE")
+    raw = ClientSettings.from_env().confirm_above
     try:
         return dollars(raw) if raw else DEFAULT_CONFIRM_ABOVE
     except argparse.ArgumentTypeError as exc:

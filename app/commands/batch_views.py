@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.commands.output import table
+from schemas.batches import ACTIVE_STATES, FINAL_STATES
 
-FINAL = ("completed", "discarded", "cancelled")
-STATES = (*FINAL, "running", "queued")
+STATES = (*FINAL_STATES, *reversed(ACTIVE_STATES))  # the order people read: the final states first
 ERROR_WIDTH = 70
 
 
@@ -23,7 +23,7 @@ def batch_state(batch: dict[str, Any]) -> str:
     counts = batch.get("counts")
     if counts is None:
         return "in progress"
-    return "running" if sum(counts.get(s, 0) for s in (*FINAL, "running")) else "queued"
+    return "running" if sum(counts.get(s, 0) for s in (*FINAL_STATES, "running")) else "queued"
 
 
 def cost(usage: dict[str, Any] | None, so_far: str | None = None) -> str:
@@ -145,7 +145,7 @@ def _paced(pacing: dict[str, Any] | None) -> str:
 
 
 def final_count(batch: dict[str, Any]) -> int:
-    return sum(batch["counts"][s] for s in FINAL)
+    return sum(batch["counts"][s] for s in FINAL_STATES)
 
 
 def clock(seconds: float) -> str:

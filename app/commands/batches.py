@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -26,7 +25,6 @@ from app.commands.api_client import ApiError, hint_for_admin_token, request, wit
 from app.commands.batch_estimate import confirm, dollars, estimate_lines
 from app.commands.batch_purge import cmd_purge, cutoff
 from app.commands.batch_views import (
-    FINAL,
     batch_state,
     batch_summary,
     batches_table,
@@ -36,6 +34,8 @@ from app.commands.batch_views import (
 )
 from app.commands.output import print_json
 from app.errors import RelayError
+from app.settings import ClientSettings
+from schemas.batches import FINAL_STATES
 
 EXIT_NOT_ALL_COMPLETED = 3
 WAIT_GIVES_UP_AFTER_S = 900.0  # `submit --wait` keeps asking an API that does not answer for this long
@@ -48,6 +48,12 @@ class UnreadableFile(RelayError):
     """The requests file cannot be read or holds no valid JSON Lines."""
 
     code = "unreadable_file"
+
+
+class InvalidJsonl(UnreadableFile):
+    """A line of the requests file is not JSON, or the file holds no request."""
+
+    code = "invalid_jsonl"
 
 
 def register(sub: Any) -> None:
@@ -121,8 +127,9 @@ def register(sub: Any) -> None:
 
 
 def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--url", default=os.environ.get("RELAY_URL", "http://127.0.0.1:8080"), help="Relay API base URL")
-    p.add_argument("--key", default=os.environ.get("RELAY_KEY"), help="relay key or token (default $RELAY_KEY)")
+    client = ClientSettings.from_env()
+    p.add_argument("--url", default=client.url, help="Relay API base URL (default $RELAY_URL)")
+    p.add_argument("--key", default=client.key, help="relay key or token (default $RELAY_KEY)")
     p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     return p
 
@@ -167,7 +174,7 @@ def follow(args: argparse.Namespace, batch: dict[str, Any], done: str) -> int:
             print_json(batch)
         return 0
     batch = wait_for(args, batch["id"], sys.stderr)
-    print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL))
+    print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL_STATES))
     if args.json:
         print_json(batch)
     return 0 if batch["counts"]["completed"] == batch["total"] else EXIT_NOT_ALL_COMPLETED
@@ -228,7 +235,7 @@ def by_file_line(exc: ApiError, path: Path, numbers: Sequence[int]) -> ApiError:
     message = exc.message
     if first.get("line") is not None and message.startswith("invalid batch: "):
         message = f"invalid batch: {path}:{first['line']}: " + message.removeprefix("invalid batch: ")
-    return ApiError(exc.code, message, details=details, status=exc.status)
+    return ApiError(message, code=exc.code, details=details, status=exc.status)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -360,10 +367,10 @@ def _read_lines(path: Path) -> list[tuple[int, bytes]]:
         try:
             json.loads(line)
         except ValueError as exc:
-            raise UnreadableFile("invalid_jsonl", f"{path}:{number}: not valid JSON ({exc})") from exc
+            raise InvalidJsonl(message=f"{path}:{number}: not valid JSON ({exc})") from exc
         lines.append((number, line.strip()))
     if not lines:
-        raise UnreadableFile("invalid_jsonl", f"{path}: no requests")
+        raise InvalidJsonl(message=f"{path}: no requests")
     return lines
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 from app.db import check_database
-from app.errors import ServiceUnavailable
+from app.errors import BrokerUnavailable
 from app.migrate import apply_migrations
 from app.observability.health import check_rabbitmq
 from app.settings import Settings
+
+T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
@@ -19,18 +21,21 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("api", help="run the HTTP API under gunicorn (gevent workers)")
-    p.add_argument("--bind", default=os.environ.get("RELAY_API_BIND", "127.0.0.1:8080"))
-    p.add_argument("--workers", type=int, default=int(os.environ.get("RELAY_API_WORKERS", "2")))
-    p.add_argument("--connections", type=int, default=int(os.environ.get("RELAY_API_CONNECTIONS", "1000")),
-                   help="open connections per worker process, at most (each a greenlet)")
+    p.add_argument("--bind", help="address:port (default $RELAY_API_BIND, 127.0.0.1:8080)")
+    p.add_argument("--workers", type=int, help="server processes (default $RELAY_API_WORKERS, 2)")
+    p.add_argument("--connections", type=int,
+                   help="open connections per worker process, at most (each a greenlet; default"
+                        " $RELAY_API_CONNECTIONS, 1000)")
     p.set_defaults(func=cmd_api)
 
     p = sub.add_parser("worker", help="run the Dramatiq batch workers")
-    p.add_argument("--processes", "-p", type=int, default=int(os.environ.get("RELAY_WORKER_PROCESSES", "2")))
-    p.add_argument("--threads", "-t", type=int, default=int(os.environ.get("RELAY_WORKER_THREADS", "16")),
-                   help="concurrent items per process (OS threads, or greenlets with --gevent)")
-    p.add_argument("--gevent", action="store_true", default=os.environ.get("RELAY_WORKER_GEVENT", "") == "1",
-                   help="run items on gevent greenlets (for hundreds of slow upstream calls per process)")
+    p.add_argument("--processes", "-p", type=int, help="worker processes (default $RELAY_WORKER_PROCESSES, 2)")
+    p.add_argument("--threads", "-t", type=int,
+                   help="concurrent items per process (OS threads, or greenlets with --gevent; default"
+                        " $RELAY_WORKER_THREADS, 16)")
+    p.add_argument("--gevent", action="store_true", default=None,
+                   help="run items on gevent greenlets (for hundreds of slow upstream calls per process; default"
+                        " $RELAY_WORKER_GEVENT=1)")
     p.set_defaults(func=cmd_worker)
 
 
@@ -42,7 +47,7 @@ def preflight(settings: Settings) -> None:
         from urllib.parse import urlsplit
 
         nodes = ", ".join(f"{p.hostname}:{p.port or 5672}" for p in map(urlsplit, settings.broker_urls))
-        raise ServiceUnavailable("broker_unavailable", f"cannot connect to RabbitMQ at {nodes} ({status})")
+        raise BrokerUnavailable(message=f"cannot connect to RabbitMQ at {nodes} ({status})")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -55,7 +60,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_api(args: argparse.Namespace) -> int:
     if "gevent.monkey" not in sys.modules:  # patch before anything imports psycopg or socket: a fresh interpreter
-        argv = ["--bind", args.bind, "--workers", str(args.workers), "--connections", str(args.connections)]
+        given = {"--bind": args.bind, "--workers": args.workers, "--connections": args.connections}
+        argv = [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_API_MAIN, *argv])  # noqa: S606
     settings = Settings.from_env()
     preflight(settings)
@@ -64,7 +70,9 @@ def cmd_api(args: argparse.Namespace) -> int:
     from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
-    run_gunicorn(_create_app, bind=args.bind, workers=args.workers, connections=args.connections,
+    run_gunicorn(_create_app, bind=_given(args.bind, settings.api_bind),
+                 workers=_given(args.workers, settings.api_workers),
+                 connections=_given(args.connections, settings.api_connections),
                  header_timeout_s=settings.api_header_timeout_s, io_timeout_s=settings.api_io_timeout_s,
                  connections_per_address=settings.api_connections_per_address)
     return 0
@@ -82,19 +90,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     preflight(settings)
     apply_migrations(settings.database_url)
     timeout_ms = int((settings.batch_item_time_limit_s + 30) * 1000)
-    os.environ.setdefault("dramatiq_queue_prefetch", str(args.threads))
-    argv = ["dramatiq", "actors.worker", "--processes", str(args.processes), "--threads", str(args.threads),
+    threads = _given(args.threads, settings.worker_threads)
+    os.environ.setdefault("dramatiq_queue_prefetch", str(threads))
+    processes = _given(args.processes, settings.worker_processes)
+    argv = ["dramatiq", "actors.worker", "--processes", str(processes), "--threads", str(threads),
             "--queues", settings.queue_name, settings.webhook_queue, "--worker-shutdown-timeout", str(timeout_ms)]
     from dramatiq.cli import main as dramatiq_main
 
     from app.observability.metrics import check_worker_metrics_port, prepare_metrics_dir
 
-    check_worker_metrics_port()
+    check_worker_metrics_port(settings.worker_metrics_port, settings.worker_metrics_host)
     prepare_metrics_dir()
-    if args.gevent:  # monkey-patch before anything imports socket or threading: a fresh interpreter
+    if _given(args.gevent, settings.worker_gevent):  # monkey-patch before anything imports socket: a fresh interpreter
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_MAIN, *argv[1:]])  # noqa: S606
     sys.argv = argv
     return int(dramatiq_main() or 0)
+
+
+def _given(flag: T | None, setting: T) -> T:
+    """A command-line flag when given, else its setting (RELAY_*)."""
+    return setting if flag is None else flag
 
 
 _GEVENT_API_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from app.cli import main;"

@@ -42,7 +42,7 @@ def list_batches(runtime: Runtime, caller: Caller, *, after_id: str | None, befo
                  limit: int) -> dict[str, Any]:
     """Anthropic's list envelope of the caller's message batches, newest first."""
     if after_id and before_id:
-        raise ValidationFailed("invalid_request", "pass after_id or before_id, not both")
+        raise ValidationFailed(message="pass after_id or before_id, not both")
     found = provider.page(runtime, caller, API, after=after_id, before=before_id, limit=limit)
     data = [anthropic_batch(row, found.counts[row["id"]]) for row in found.rows]
     return {"data": data, "has_more": found.has_more, "first_id": data[0]["id"] if data else None,

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchTooLarge, InvalidBatch
 from app.batches.intake import _decode, _skip, parse_batch  # the intake (its JSON steps: decode a value, skip spaces)
 from app.batches.validation import MAX_ERRORS, text_problem
-from app.errors import RelayError
+from app.errors import InvalidJson, RelayError
 
 _ANTHROPIC_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 MAX_OPENAI_CUSTOM_ID = 512

@@ -49,11 +49,15 @@ def upload(runtime: Runtime, caller: Caller, staged: StagedFile, *, filename: st
     return openai_file(row)
 
 
+class InvalidFilename(ValidationFailed):
+    code = "invalid_filename"
+
+
 def _filename(filename: str) -> str:
     """The name to keep: its last path component, printable text of at most MAX_FILENAME characters."""
     name = filename.replace("\\", "/").rsplit("/", 1)[-1][:MAX_FILENAME] or "upload.jsonl"
     if (problem := text_problem(name)) is not None or not name.isprintable():
-        raise ValidationFailed("invalid_filename", f"the file name {problem or 'must be printable text'}")
+        raise InvalidFilename(message=f"the file name {problem or 'must be printable text'}")
     return name
 
 

@@ -27,8 +27,8 @@ def rerun_openai(runtime: Runtime, caller: Caller, plan: RerunPlan) -> UUID:
                                                  "completion_window": source["completion_window"],
                                                  "metadata": plan.metadata})
     except ValidationError as exc:
-        raise ValidationFailed("invalid_request", "invalid re-run of an OpenAI batch: metadata holds at most 16"
-                                                  " string pairs", details=exc.messages) from None
+        raise ValidationFailed(message="invalid re-run of an OpenAI batch: metadata holds at most 16 string pairs",
+                               details=exc.messages) from None
     upload = _input_file(runtime, caller, plan)
     try:
         created = openai_view.create_batch(runtime, caller, {**create, "input_file_id": upload}, plan.lineage)

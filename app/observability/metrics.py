@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("relay.metrics")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WORKER_PORT_ENV = "RELAY_WORKER_METRICS_PORT"
-WORKER_HOST_ENV = "RELAY_WORKER_METRICS_HOST"
-DEFAULT_WORKER_PORT = 9464
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 _lock = threading.Lock()
@@ -216,28 +214,14 @@ class _Forward:
         return self._registry.collect()  # type: ignore[no-any-return]
 
 
-def worker_metrics_port(default: int = DEFAULT_WORKER_PORT) -> int:
-    """The worker metrics port from RELAY_WORKER_METRICS_PORT (0 turns the server off)."""
-    from app.settings import SettingsError
-
-    raw = os.environ.get(WORKER_PORT_ENV, "").strip()
-    try:
-        return int(raw) if raw else default
-    except ValueError:
-        raise SettingsError(f"{WORKER_PORT_ENV} must be a port number (0 turns the workers' metrics off),"
-                            f" not {raw!r}") from None
-
-
-def check_worker_metrics_port() -> None:
+def check_worker_metrics_port(port: int, host: str) -> None:
     """At `relay worker` start, before any worker process: SettingsError naming the port and the variable when
     another process (another Relay install, say) holds RELAY_WORKER_METRICS_PORT, whose scrapes would then read
     that process's numbers while these workers serve none."""
     from app.settings import SettingsError
 
-    port = worker_metrics_port()
     if port <= 0:
         return
-    host = os.environ.get(WORKER_HOST_ENV, "").strip() or "127.0.0.1"
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server binds it
         try:
@@ -249,7 +233,8 @@ def check_worker_metrics_port() -> None:
                 " install on a host), or 0 to turn the workers' metrics off") from None
 
 
-def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None = None) -> bool:
+def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None = None,
+                                host: str | None = None) -> bool:
     """Serve /metrics for the workers on RELAY_WORKER_METRICS_HOST (127.0.0.1):PORT from a background thread;
     False when off or taken.
 
@@ -257,10 +242,13 @@ def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None
     """
     from prometheus_client import start_http_server
 
-    port = worker_metrics_port() if port is None else port
+    from app.settings import Settings
+
+    settings = runtime.settings if runtime is not None else Settings  # the class holds the defaults
+    port = settings.worker_metrics_port if port is None else port
+    host = host or settings.worker_metrics_host
     if port <= 0:
         return False
-    host = os.environ.get(WORKER_HOST_ENV, "").strip() or "127.0.0.1"
     try:
         start_http_server(port, addr=host, registry=_ScrapeTimeRegistry(runtime))  # type: ignore[arg-type]
     except OSError:  # a sibling worker process serves it (`relay worker` checked at start that none other does)

@@ -16,9 +16,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app.runtime import Runtime
 from app.webhooks.store import pending_stats
+from schemas.batches import ITEM_STATES
 
 log = logging.getLogger("relay.metrics")
-ITEM_STATES = ("queued", "running", "completed", "discarded", "cancelled")
 BREAKER_STATES = ("closed", "open", "half_open")
 DB_TIMEOUT_S = 2.0
 BROKER_TIMEOUT_S = 1.0

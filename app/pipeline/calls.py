@@ -30,6 +30,12 @@ class AllKeysFailed(UpstreamFailed):
     upstream_status: int | None = None  # the last key's upstream answer (None: it never answered)
 
 
+class UpstreamReadFailed(AllKeysFailed):
+    """The upstream connection broke while the answer was read (nothing can be retried on another key)."""
+
+    code = "upstream_read_failed"
+
+
 class NoKeyAvailable(RelayError):
     status = 503
     code = "no_key_available"
@@ -44,7 +50,7 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
     policy = plan.route.policy
     candidates = keypool.order_candidates(get_key_health(runtime).health, policy, plan.route.binding.host.id)
     if not candidates:
-        raise NoKeyAvailable("no_key_available", f"policy {policy.name!r} has no usable key for host "
+        raise NoKeyAvailable(message=f"policy {policy.name!r} has no usable key for host "
                              f"{plan.route.binding.host.name!r} (none in its pool, or every breaker is open)")
     last, last_status = "no key was tried", None
     for candidate in candidates:
@@ -61,7 +67,7 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
         if response is not None:
             response.close()
     host = plan.route.binding.host.name
-    failed = AllKeysFailed("all_keys_failed", f"every key of host {host!r} failed; last: {last}")
+    failed = AllKeysFailed(message=f"every key of host {host!r} failed; last: {last}")
     failed.upstream_status = last_status
     raise failed
 
@@ -126,7 +132,7 @@ def _answer(call: InferenceCall, plan: Plan, recorder: Recorder,
             body = response.content
     except upstream.UpstreamIOError:
         _raise_if_stopped(call)
-        raise AllKeysFailed("upstream_read_failed", "the upstream connection broke while reading the answer") from None
+        raise UpstreamReadFailed(message="the upstream connection broke while reading the answer") from None
     finally:
         response.close()
     return recorder.finish_whole(plan, response.status_code, body, content_type)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from psycopg import Notify
 from psycopg_pool import ConnectionPool
 
 from app.db import autocommit
@@ -99,8 +100,8 @@ class KeyHealthCache:
         if self._listener is not None:
             self._listener.close()
 
-    def _on_wake(self, _conn: Any, payloads: list[str]) -> None:
-        for payload in payloads:
+    def _on_wake(self, _conn: Any, notes: list[Notify]) -> None:
+        for payload in (note.payload for note in notes):
             try:
                 self.invalidate(UUID(payload) if payload else None)
             except ValueError:

@@ -40,7 +40,7 @@ def make_plan(call: InferenceCall, route: routing.Route) -> Plan:
     try:
         dispatch = plan_dispatch(call.shape, binding.adapter, binding.host.name, batch=call.source == "batch")
     except AdapterError as exc:
-        raise CrossShape(exc.code, exc.message, status=exc.status) from exc
+        raise CrossShape(exc.message, code=exc.code, status=exc.status) from exc
     adapter = get_adapter(dispatch.adapter)
     body = call.body
     if dispatch.translate:

@@ -25,7 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from app.catalog.model import RateLimit
 from app.db import autocommit
-from app.errors import RateLimited, ServiceUnavailable
+from app.errors import DatabaseUnavailable, RateLimited
 from app.observability.metrics import count_admitted, count_lease_statement
 from app.pipeline.leases import Ask, Demand, Lease, LeaseKey, batch_fraction, low_water, take, wanted
 
@@ -40,10 +40,8 @@ SWEEP_S = 0.5  # how often the keeper looks for idle leases and ended windows
 SERVICE = "rate_limiter"
 
 
-class LimiterUnavailable(ServiceUnavailable):
+class LimiterUnavailable(DatabaseUnavailable):
     """The database did not hand out a slice in time: nothing was sent upstream."""
-
-    code = "database_unavailable"
 
 
 @dataclass(frozen=True)
@@ -320,7 +318,7 @@ def refusal(lease: Lease, now: float, share: float, paced: bool) -> RateLimited:
                "x-ratelimit-remaining-requests": "0"}
     if limit.requests is not None:
         headers["x-ratelimit-limit-requests"] = str(limit.requests)
-    exc = RateLimited("rate_limited", f"rate limit exceeded for {who}: {what} per {limit.window_s}s;"
+    exc = RateLimited(message=f"rate limit exceeded for {who}: {what} per {limit.window_s}s;"
                       f" retry after {retry_after}s", headers=headers)
     exc.retry_at = lease.end  # type: ignore[attr-defined]
     if paced and lease.batch and lease.fraction < share:

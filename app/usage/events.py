@@ -58,16 +58,14 @@ class UsageEvent:
     @classmethod
     def for_caller(cls, caller: Caller, *, request_id: str, source: str, status: int, policy_id: UUID | None,
                    started: float | None = None, **extra: object) -> UsageEvent:
-        """An event attributed to CALLER (credential, principal, project, team) under POLICY_ID."""
+        """An event attributed to CALLER (`Caller.attribution()`: credential, principal, project, team) under
+        POLICY_ID (the call's policy)."""
         started = started or time.time()
         return cls(
             request_id=request_id, source=source, status=status,
             started_at=datetime.fromtimestamp(started, tz=UTC),
             duration_ms=round((time.time() - started) * 1000, 3),
-            credential_kind=caller.credential_kind, credential_id=caller.credential_id,
-            relay_key_hash=caller.relay_key_hash, principal_kind=caller.principal_kind,
-            principal_id=caller.principal_id, policy_id=policy_id, project_id=caller.project_id,
-            team_id=caller.team_id, **extra,  # type: ignore[arg-type]
+            **{**caller.attribution(), "policy_id": policy_id}, **extra,  # type: ignore[arg-type]
         )
 
 

@@ -7,20 +7,17 @@ rotated key does not see what its previous value did), an inference token sees i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import csv
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 from app.auth_model import Caller
-from app.errors import ValidationFailed
 
 NANOS_PER_DOLLAR = Decimal(1_000_000_000)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -35,10 +32,6 @@ EVENT_FIELDS = (
     "custom_id",
 )
 KEY_HASH_PREFIX_BYTES = 4
-
-
-class InvalidCursor(ValidationFailed):
-    """The `cursor` argument is not one this API handed out."""
 
 
 @dataclass(frozen=True)
@@ -86,29 +79,6 @@ class Visibility:
             assert caller.relay_key_hash is not None
             return cls(credential_id=caller.credential_id, relay_key_hash=caller.relay_key_hash)
         return cls(user_id=caller.principal_id)
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """A position in the newest-first order: the last event of a page, by (created_at, id)."""
-
-    created_at: datetime
-    id: int
-
-    def encode(self) -> str:
-        """An opaque string: base64url of `<microseconds since the epoch>.<id>`."""
-        micros = (self.created_at - _EPOCH) // timedelta(microseconds=1)
-        return base64.urlsafe_b64encode(f"{micros}.{self.id}".encode()).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> Cursor:
-        """Parse a cursor from encode(); InvalidCursor (400) for anything else."""
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
-            micros, event_id = (int(part) for part in raw.split("."))
-            return cls(created_at=_EPOCH + timedelta(microseconds=micros), id=event_id)
-        except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError):
-            raise InvalidCursor(message="invalid cursor", details={"cursor": ["not a cursor from this API"]}) from None
 
 
 def cost_usd(nanos: int | Decimal | None) -> str | None:

@@ -12,7 +12,8 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from app.usage.queries import Cursor, UsageFilter, Visibility, sum_counters
+from app.cursors import EventCursor
+from app.usage.queries import UsageFilter, Visibility, sum_counters
 
 Where = tuple[str, list[Any]]
 
@@ -76,7 +77,7 @@ _EVENT_COLUMNS = """e.id, e.request_id, e.source, e.created_at, e.started_at, e.
 
 
 def list_events(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, limit: int,
-                after: Cursor | None = None) -> list[dict[str, Any]]:
+                after: EventCursor | None = None) -> list[dict[str, Any]]:
     """Up to LIMIT events newest first, strictly after the cursor position when given."""
     where, params = event_where(flt, vis)
     if after is not None:
@@ -92,14 +93,14 @@ def iter_events(pool: ConnectionPool, flt: UsageFilter, vis: Visibility, *,
     taken from POOL and handed back before its rows are yielded: a reader that stops reading holds no database
     connection (nor a transaction) between pages. Events recorded after the export began are newer than its
     first page, so they are never part of it."""
-    after: Cursor | None = None
+    after: EventCursor | None = None
     while True:
         with pool.connection() as conn:
             rows = list_events(conn, flt, vis, limit=chunk_rows, after=after)
         yield from rows
         if len(rows) < chunk_rows:
             return
-        after = Cursor(rows[-1]["created_at"], rows[-1]["id"])
+        after = EventCursor(rows[-1]["created_at"], rows[-1]["id"])
 
 
 def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group_by: list[str],

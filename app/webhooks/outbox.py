@@ -71,5 +71,5 @@ class Outbox:
                 return taken[i:]
         return []
 
-    def _pass(self, _conn: Any, _payloads: list[str] | None = None) -> None:
+    def _pass(self, _conn: Any, _notes: list[Any] | None = None) -> None:
         self.publish_due()

@@ -7,7 +7,7 @@ import json
 from typing import Any
 from uuid import UUID
 
-from app.batches.service import decode_cursor, encode_cursor
+from app.cursors import decode_cursor, encode_cursor
 from app.errors import NotFound
 from app.runtime import Runtime
 from app.webhooks import store

@@ -10,6 +10,8 @@ from uuid import UUID
 
 from psycopg import Connection
 
+from schemas.batches import FINAL_STATES
+
 Row = dict[str, Any]
 Conn = Connection[Any]
 CHANNEL = "relay_webhooks"  # NOTIFYed when deliveries become due: the workers' outbox publishes them
@@ -34,7 +36,7 @@ def final_counts(conn: Conn, batch_id: UUID) -> dict[str, int]:
     row = conn.execute("SELECT coalesce(sum(completed), 0) AS completed, coalesce(sum(discarded), 0) AS discarded,"
                        " coalesce(sum(cancelled), 0) AS cancelled FROM batch_progress WHERE batch_id = %s",
                        (batch_id,)).fetchone()
-    return {state: int(row[state]) for state in ("completed", "discarded", "cancelled")} if row else {}
+    return {state: int(row[state]) for state in FINAL_STATES} if row else {}
 
 
 def any_expired(conn: Conn, batch_id: UUID) -> bool:

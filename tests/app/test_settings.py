@@ -1,6 +1,9 @@
+import ast
+from pathlib import Path
+
 import pytest
 
-from app.settings import Settings, SettingsError
+from app.settings import ClientSettings, Settings, SettingsError
 
 BASE = {
     "RELAY_DATABASE_URL": "postgresql://u@127.0.0.1:5432/relay",
@@ -56,3 +59,54 @@ def test_failover_broker_urls_are_tried_after_the_broker_url_in_their_order() ->
 def test_a_failover_broker_url_that_is_not_amqp_is_rejected_with_its_name() -> None:
     with pytest.raises(SettingsError, match="RELAY_BROKER_FAILOVER_URLS"):
         Settings.from_env({**BASE, "RELAY_BROKER_FAILOVER_URLS": "amqp://a:5672/%2F,http://b:5672/"})
+
+
+def test_the_process_commands_defaults_are_settings() -> None:
+    s = Settings.from_env({**BASE, "RELAY_API_BIND": "0.0.0.0:9000", "RELAY_WORKER_THREADS": "64",
+                           "RELAY_WORKER_GEVENT": "1", "RELAY_WORKER_METRICS_PORT": "0"})
+    assert (s.api_bind, s.api_workers, s.worker_threads, s.worker_gevent, s.worker_metrics_port) == (
+        "0.0.0.0:9000", 2, 64, True, 0)
+    assert Settings.from_env(BASE).worker_gevent is False
+
+
+def test_a_worker_gevent_that_is_not_one_or_zero_is_rejected() -> None:
+    with pytest.raises(SettingsError, match="RELAY_WORKER_GEVENT must be 1 or 0"):
+        Settings.from_env({**BASE, "RELAY_WORKER_GEVENT": "maybe"})
+
+
+def test_the_clients_read_their_url_and_credentials_without_the_servers_settings() -> None:
+    client = ClientSettings.from_env({"RELAY_URL": "http://relay:8080", "RELAY_KEY": "rk_x"})
+    assert (client.url, client.key, client.admin_token) == ("http://relay:8080", "rk_x", None)
+    assert ClientSettings.from_env({}).url == "http://127.0.0.1:8080"
+
+
+def _relay_reads(tree: ast.Module) -> list[str]:
+    """The RELAY_* names TREE reads from the environment: os.environ.get / os.getenv / os.environ[...] of a literal
+    or of a module constant holding one."""
+    constants = {n.targets[0].id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Constant)}
+    def name_of(node: ast.expr) -> object:
+        return node.value if isinstance(node, ast.Constant) else constants.get(getattr(node, "id", ""))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "getenv") and node.args \
+                and "environ" in ast.unparse(node.func) + ("environ" if node.func.attr == "getenv" else ""):
+            found.append(name_of(node.args[0]))
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+            found.append(name_of(node.slice))
+    return [str(n) for n in found if isinstance(n, str) and n.startswith("RELAY_")]
+
+
+def test_no_relay_variable_is_read_outside_the_settings_module() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readers = [f"{path.relative_to(root)}: {name}"
+               for path in (p for package in ("app", "actors", "adapters") for p in (root / package).rglob("*.py"))
+               if path != root / "app" / "settings.py" and "fake_upstream" not in path.parts
+               for name in _relay_reads(ast.parse(path.read_text()))]
+    assert not readers, f"read RELAY_* in Settings and pass it down: {readers}"
+
+
+def test_the_check_sees_each_way_of_reading_a_variable() -> None:
+    source = 'import os\nPORT = "RELAY_X_PORT"\na = os.environ.get("RELAY_A")\nb = os.getenv("RELAY_B")\n' \
+             'c = os.environ["RELAY_C"]\nd = os.environ.get(PORT, "")\ne = os.environ.get("HOME")\n'
+    assert _relay_reads(ast.parse(source)) == ["RELAY_A", "RELAY_B", "RELAY_C", "RELAY_X_PORT"]

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch
 from app.batches.intake import parse_batch
+from app.errors import InvalidJson
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 

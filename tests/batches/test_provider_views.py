@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.batches.errors import BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchTooLarge, InvalidBatch
 from app.batches.service import ResultItem
 from app.compat.inputs import from_anthropic_body, from_openai_jsonl
 from app.compat.views import (
@@ -21,6 +21,7 @@ from app.compat.views import (
     parse_batch_id,
     parse_file_id,
 )
+from app.errors import InvalidJson
 
 BATCH = uuid.UUID("12345678-1234-4234-8234-123456789abc")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -65,6 +65,10 @@ def test_items_fail_when_the_credential_or_policy_stopped_working(scenario, batc
     items = _final_items(runtime, batch_id)
     assert {i["state"] for i in items} == {"discarded"}
     assert {i["error_code"] for i in items} == {scenario}
+    if scenario == "policy_deleted":  # one policy check, one wording: a live request is refused the same
+        assert {i["error"] for i in items} == {"the policy this request runs under was deleted"}
+    if scenario == "policy_disabled":
+        assert {i["error"] for i in items} == {"policy 'to-disable' is disabled"}
     assert [e["error_code"] for e in usage_events(runtime, batch_id)] == [scenario, scenario]
 
 

@@ -214,7 +214,8 @@ def test_list_shows_only_your_batches_newest_first_with_a_cursor(client, make_ke
     assert (first["object"], first["first_id"], first["last_id"], first["has_more"]) == ("list", *ids[::-1][:2], True)
     second = get(client, mine, "/v1/batches", format="relay", limit=2, cursor=first["next_cursor"]).json
     assert [b["id"] for b in second["data"]] == ids[:1] and second["next_cursor"] is None
-    assert get(client, mine, "/v1/batches", format="relay", cursor="garbage!").status_code == 400
+    bad = get(client, mine, "/v1/batches", format="relay", cursor="Z2FyYmFnZQ")  # base64 of "garbage"
+    assert (bad.status_code, bad.json["error"]["code"]) == (400, "invalid_request")  # the usage API's code
     openai_view = get(client, mine, "/v1/batches").json
     assert openai_view == {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
 

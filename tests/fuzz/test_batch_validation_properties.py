@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch, InvalidJson
+from app.batches.errors import BatchItemTooLarge, BatchTooLarge, InvalidBatch
 from app.batches.intake import parse_batch
 from app.batches.validation import (
     MAX_METADATA_BYTES,
@@ -22,7 +22,7 @@ from app.batches.validation import (
     text_problem,
     validate_envelope,
 )
-from app.errors import RelayError
+from app.errors import InvalidJson, RelayError
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -156,14 +156,14 @@ def test_the_worker_metrics_server_serves_on_loopback_once_per_port(runtime) -> 
     assert ("relay_batch_items", frozenset({("state", "queued")})) in samples
 
 
-def test_the_worker_metrics_server_listens_beyond_loopback_only_when_told(runtime, monkeypatch) -> None:
+def test_the_worker_metrics_server_listens_beyond_loopback_only_when_told(runtime) -> None:
     """In a Kubernetes pod Prometheus scrapes the pod's address: RELAY_WORKER_METRICS_HOST=0.0.0.0 (the chart)."""
     default_port, open_port = free_port(), free_port()
     assert start_worker_metrics_server(runtime, port=default_port) is True
     with pytest.raises(requests.ConnectionError):  # 127.0.0.2 is another address: 127.0.0.1 alone does not answer
         requests.get(f"http://127.0.0.2:{default_port}/metrics", timeout=10)
-    monkeypatch.setenv("RELAY_WORKER_METRICS_HOST", "0.0.0.0")
-    assert start_worker_metrics_server(runtime, port=open_port) is True
+    pod = dataclasses.replace(runtime, settings=dataclasses.replace(runtime.settings, worker_metrics_host="0.0.0.0"))
+    assert start_worker_metrics_server(pod, port=open_port) is True
     assert requests.get(f"http://127.0.0.2:{open_port}/metrics", timeout=10).status_code == 200
 
 

@@ -15,7 +15,14 @@ from werkzeug.exceptions import HTTPException
 from app.api.bodies import json_text, read_body
 from app.api.inference_errors import shaped_error
 from app.batches.validation import STRICT_JSON
-from app.errors import BadRequest, PayloadTooLarge, RelayError, UnsupportedMediaType, ValidationFailed
+from app.errors import (
+    BodyNotObject,
+    InvalidJson,
+    PayloadTooLarge,
+    RelayError,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 from app.runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,9 +61,9 @@ def as_relay_error(exc: HTTPException) -> RelayError:
     """A werkzeug or webargs HTTP error as a RelayError (argument validation: 400 invalid_request)."""
     data = getattr(exc, "data", None)
     if isinstance(data, dict) and "messages" in data:
-        return ValidationFailed("invalid_request", "request failed validation", details=data["messages"])
+        return ValidationFailed(message="request failed validation", details=data["messages"])
     status = exc.code or 400
-    return RelayError(_HTTP_CODES.get(status, "bad_request"), exc.description, status=status)
+    return RelayError(exc.description, code=_HTTP_CODES.get(status, "bad_request"), status=status)
 
 
 def answer(shape: str, produce: Callable[[], Any], status: int = 200) -> Response:
@@ -79,7 +86,7 @@ def read_json_bytes(limit: int) -> bytes | bytearray:
     """The raw body of a JSON request, refused past LIMIT bytes (413) or in another media type (415)."""
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType("unsupported_media_type", "send the body as application/json")
+        raise UnsupportedMediaType(message="send the body as application/json")
     return read_body(limit, _too_large)
 
 
@@ -88,9 +95,9 @@ def load_object(raw: bytes | bytearray, schema: Schema | None = None) -> dict[st
     try:
         body = STRICT_JSON.decode(json_text(raw) or "null")  # Relay's one strict JSON: no NaN, no huge integers
     except (ValueError, RecursionError):
-        raise BadRequest("invalid_json", "the request body is not valid JSON") from None
+        raise InvalidJson(message="the request body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise BadRequest("invalid_body", "the request body must be a JSON object")
+        raise BodyNotObject(message="the request body must be a JSON object")
     if schema is None:
         return body
     try:
@@ -99,9 +106,9 @@ def load_object(raw: bytes | bytearray, schema: Schema | None = None) -> dict[st
         fields = exc.messages if isinstance(exc.messages, dict) else {"": exc.messages}
         first = next(iter(fields), "")
         problem = fields[first][0] if isinstance(fields[first], list) and fields[first] else fields[first]
-        raise ValidationFailed("invalid_request", f"invalid request: {first}: {problem}",
+        raise ValidationFailed(message=f"invalid request: {first}: {problem}",
                                details=exc.messages) from None
 
 
 def _too_large(limit: int) -> RelayError:
-    return PayloadTooLarge("payload_too_large", f"the body holds at most {limit} bytes")
+    return PayloadTooLarge(message=f"the body holds at most {limit} bytes")

@@ -81,7 +81,7 @@ def _receive_upload(disk: FileDisk, limit: int) -> tuple[StagedFile, str, str]:
         upload = files.get("file")
         chosen = next((s for s in staged if upload is not None and s.handle is upload.stream), None)
         if chosen is None or upload is None:
-            raise ValidationFailed("invalid_request", "send the file as the multipart field `file`")
+            raise ValidationFailed(message="send the file as the multipart field `file`")
         return chosen, upload.filename or "", form.get("purpose", "")
     except RequestEntityTooLarge as exc:  # the body passed the limit in _UploadBody, so it is the form's own
         raise FormTooLarge(message=f"a form holds at most 16 parts, and a text field or a part's headers at most"
