@@ -62,6 +62,20 @@ class ConnectionSlots:
         if self._by_address[address] <= 0:
             del self._by_address[address]
 
+    def close_idle(self) -> int:
+        """Shut down every idle connection (a graceful stop: a request in progress is answered, then closed by the
+        server as it is no longer alive); how many."""
+        closed = 0
+        while self._idle:
+            sock, _ = self._idle.popitem(last=False)
+            self._closing.add(sock)
+            closed += 1
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return closed
+
     def _make_room(self) -> None:
         """Close the oldest idle connections while the slots are all taken, so the server keeps accepting."""
         while self._open - len(self._closing) >= self.slots and self._idle:

@@ -20,6 +20,7 @@ time), so `relay api` starts a fresh interpreter that patches first (app.command
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -28,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import gevent
 from gunicorn.app.base import BaseApplication
 from gunicorn.http import errors as http_errors
 from gunicorn.http.body import ChunkedReader
@@ -144,6 +146,17 @@ class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
         finally:
             self.slots().release(client, address)
 
+    def handle_exit(self, sig: Any, frame: Any) -> None:
+        """SIGTERM: stop as gunicorn does, and close the idle keep-alive connections at once, since their greenlets
+        would otherwise wait out the keep-alive deadline before the worker can exit."""
+        super().handle_exit(sig, frame)
+        gevent.spawn(self._close_idle)
+
+    def _close_idle(self) -> None:
+        closed = self.slots().close_idle()
+        if closed:
+            self.log.info("graceful stop: closed %d idle keep-alive connection(s)", closed)
+
     def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
         refuse_undecoded_codings(req.headers)
         checked = None
@@ -155,7 +168,12 @@ class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
         finally:
             if checked is not None:
                 checked.answered = True
-            self.slots().idle(sock)
+            if self.alive:
+                self.slots().idle(sock)
+            else:  # stopping: answered, so closed now rather than left to wait for a next request
+                self.slots().busy(sock)
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def _refuse(self, client: socket.socket, exc: TooManyConnections) -> None:
         """Answer a connection over its address's cap (503) and close it, without reading anything."""

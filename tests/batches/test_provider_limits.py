@@ -1,9 +1,11 @@
 """The provider batch APIs' configurable limits, on a `relay api` of their own: an expiry for queued requests
-(RELAY_PROVIDER_BATCH_EXPIRY_S), the upload size and the lines of an OpenAI input file."""
+(RELAY_PROVIDER_BATCH_EXPIRY_S), the upload size and the lines of an OpenAI input file; and a graceful stop of
+such an API, which does not wait for the SDK connections it keeps idle."""
 
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -82,3 +84,16 @@ def test_an_input_file_past_the_request_limit_is_a_413(limited_api, key) -> None
     with pytest.raises(openai.APIStatusError) as refused:
         oai.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert refused.value.status_code == 413 and refused.value.body["code"] == "batch_too_large"
+
+
+def test_a_graceful_stop_does_not_wait_out_the_keep_alive_of_idle_sdk_connections(  # type: ignore[no-untyped-def]
+        settings_env, catalog, key, tmp_path) -> None:
+    api = start_api({**settings_env, **LIMITS}, tmp_path)
+    oai = openai.OpenAI(base_url=api.url + "/v1", api_key=key, max_retries=0)
+    assert oai.files.list() is not None  # its connection is then kept alive, idle (up to the 15 s header deadline)
+    started = time.monotonic()
+    api.stop()
+    took = time.monotonic() - started
+    oai.close()
+    assert api.proc.returncode == 0, api.log()[-2000:]
+    assert took < 8, f"the stop waited {took:.1f} s for an idle connection"
