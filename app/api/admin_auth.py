@@ -9,11 +9,11 @@ from typing import Any
 from flask import current_app, request
 from flask_smorest import Blueprint
 
-from app.api.bodies import json_text
+from app.api.bodies import json_text, json_value
 from app.api.openapi import error_answers
-from app.batches.validation import STRICT_JSON, json_depth, json_problem
+from app.batches.validation import json_depth
 from app.credentials.errors import InvalidCredential, MissingCredential
-from app.errors import InvalidJson, ValidationFailed
+from app.errors import ValidationFailed
 from app.runtime import Runtime
 
 CATALOG_MAX_BYTES = 16 * 1024 * 1024
@@ -44,18 +44,13 @@ def require_admin() -> None:
 
 def _refuse_bad_json() -> None:
     """Answer 400, not 500, for JSON the argument parser would choke on: nested deeper than MAX_JSON_DEPTH
-    (json.loads raises RecursionError, not ValueError, on deeply nested input, here or, for a depth that decodes
-    here, in the parser's deeper stack), or holding what strict JSON refuses (raw surrogate bytes, NaN, an
+    (the decoder's own limit is refused by json_value; a depth that decodes here may still exhaust the parser's
+    deeper stack), or holding what strict JSON refuses (raw surrogate bytes, NaN, an
     integer of more than 4,300 digits)."""
     raw = request.get_data(cache=True)
     if not raw.strip():
         return  # no body: the argument parser decides whether one is needed
-    try:
-        body = STRICT_JSON.decode(json_text(raw))
-    except RecursionError as exc:
-        raise ValidationFailed(message="the JSON body is nested too deeply") from exc
-    except ValueError as exc:
-        raise InvalidJson(message=f"the request body is not valid JSON: {json_problem(exc)}") from None
+    body = json_value(json_text(raw))
     if json_depth(body) > MAX_JSON_DEPTH:
         raise ValidationFailed(message=f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep")
 

@@ -12,7 +12,7 @@ from flask import Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
-from app.api.bodies import read_body
+from app.api.bodies import read_body, require_json
 from app.api.callers import request_caller
 from app.api.compat import openai_batches
 from app.api.compat.common import answer
@@ -26,7 +26,6 @@ from app.batches.rerun import KEEP, plan_rerun, submit_rerun
 from app.compat import openai_view
 from app.compat.rerun import RERUNS
 from app.compat.views import openai_batch_id
-from app.errors import UnsupportedMediaType
 from app.runtime import Runtime
 from schemas.batches import (
     BatchDeletedSchema,
@@ -77,9 +76,7 @@ def submit() -> ResponseReturnValue:
 
 def _batch_body() -> bytes | bytearray:
     """A submit's body: JSON, at most RELAY_BATCH_MAX_BYTES."""
-    mimetype = request.mimetype or ""
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType(message="send the batch as application/json")
+    require_json(message="send the batch as application/json")
     return read_body(_runtime().settings.batch_max_bytes, _too_large)
 
 

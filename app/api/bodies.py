@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from flask import request
 from gunicorn.http.body import Body, LengthReader
 from gunicorn.http.unreader import SocketUnreader
 from werkzeug.exceptions import ClientDisconnected
 
-from app.errors import BadRequest, InvalidJson, RelayError
+from app.batches.validation import STRICT_JSON, json_problem
+from app.errors import BadRequest, BodyNotObject, InvalidJson, RelayError, UnsupportedMediaType
 
 _READ_CHUNK = 1 << 20
 
@@ -80,3 +82,31 @@ def json_text(raw: bytes | bytearray) -> str:
     except UnicodeDecodeError as exc:
         raise InvalidJson(message=f"the request body is not valid UTF-8: {exc.reason} at byte {exc.start}") \
             from None
+
+
+def require_json(refusal: type[RelayError] = UnsupportedMediaType,
+                 message: str = "send the body as application/json") -> None:
+    """The one media-type check of a JSON body: application/json, a +json type, or none given; REFUSAL (415 by
+    default) otherwise."""
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise refusal(message=message)
+
+
+def json_value(text: str) -> Any:
+    """TEXT (from json_text) as Relay's one strict JSON: no NaN or Infinity, no integer past 4,300 digits; a 400
+    invalid_json naming the problem otherwise (also for nesting too deep for the decoder)."""
+    try:
+        return STRICT_JSON.decode(text or "null")
+    except ValueError as exc:
+        raise InvalidJson(message=f"the request body is not valid JSON: {json_problem(exc)}") from None
+    except RecursionError:
+        raise InvalidJson(message="the request body is nested too deeply") from None
+
+
+def decode_object(text: str) -> dict[str, Any]:
+    """TEXT as a strict JSON object (json_value), or a 400 invalid_body when it is another JSON value."""
+    body = json_value(text)
+    if not isinstance(body, dict):
+        raise BodyNotObject(message="the request body must be a JSON object")
+    return body

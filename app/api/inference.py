@@ -9,22 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Response, current_app, g, request
+from flask import Response, current_app, g
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
 from app.access.cache import get_catalog
-from app.api.bodies import json_text, read_body
+from app.api.bodies import decode_object, json_text, read_body, require_json
 from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error
 from app.api.openapi import error_answers
-from app.batches.validation import STRICT_JSON, SURROGATE_ESCAPE, json_problem, text_problem
+from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.errors import (
-    BodyNotObject,
-    InvalidJson,
     PayloadTooLarge,
     RelayError,
-    UnsupportedMediaType,
     ValidationFailed,
 )
 from app.pipeline import run_inference
@@ -50,18 +47,9 @@ def _runtime() -> Runtime:
 
 def json_body() -> dict[str, Any]:
     """The request body as a JSON object, or a 4xx naming what is wrong with it."""
-    mimetype = request.mimetype or ""
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType(message="send the body as application/json")
+    require_json()
     text = json_text(read_body(_runtime().settings.max_request_bytes, _too_large))
-    try:
-        body = STRICT_JSON.decode(text or "null")
-    except ValueError as exc:  # bad syntax, NaN/Infinity, an integer of more than 4,300 digits
-        raise InvalidJson(message=f"the request body is not valid JSON: {json_problem(exc)}") from None
-    except RecursionError:
-        raise InvalidJson(message="the request body is nested too deeply") from None
-    if not isinstance(body, dict):
-        raise BodyNotObject(message="the request body must be a JSON object")
+    body = decode_object(text)
     problem = text_problem(body.get("model"))
     if problem is None and SURROGATE_ESCAPE.search(text):
         problem = text_problem(body, nul=False)

@@ -6,21 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flask import Response, current_app, jsonify, make_response, request
+from flask import Response, current_app, jsonify, make_response
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import HTTPException
 
-from app.api.bodies import json_text, read_body
+from app.api.bodies import decode_object, json_text, read_body, require_json
 from app.api.inference_errors import shaped_error
-from app.batches.validation import STRICT_JSON
 from app.errors import (
-    BodyNotObject,
-    InvalidJson,
     PayloadTooLarge,
     RelayError,
-    UnsupportedMediaType,
     ValidationFailed,
 )
 from app.runtime import Runtime
@@ -84,20 +80,13 @@ def json_object(schema: Schema | None = None, *, limit: int = SMALL_BODY) -> dic
 
 def read_json_bytes(limit: int) -> bytes | bytearray:
     """The raw body of a JSON request, refused past LIMIT bytes (413) or in another media type (415)."""
-    mimetype = request.mimetype or ""
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType(message="send the body as application/json")
+    require_json()
     return read_body(limit, _too_large)
 
 
 def load_object(raw: bytes | bytearray, schema: Schema | None = None) -> dict[str, Any]:
     """RAW as a JSON object, loaded through SCHEMA when given; 400 naming what is wrong."""
-    try:
-        body = STRICT_JSON.decode(json_text(raw) or "null")  # Relay's one strict JSON: no NaN, no huge integers
-    except (ValueError, RecursionError):
-        raise InvalidJson(message="the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BodyNotObject(message="the request body must be a JSON object")
+    body = decode_object(json_text(raw))
     if schema is None:
         return body
     try:
