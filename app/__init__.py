@@ -15,7 +15,7 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 from app.api.docs_assets import ASSETS_URL
 from app.api.docs_assets import blp as docs_blueprint
 from app.api.openapi import build_api
-from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTimeout
+from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTimeout, from_http_exception
 from app.observability.metrics import install_request_metrics
 from app.runtime import Runtime
 from app.settings import Settings
@@ -89,15 +89,7 @@ def _register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> ResponseReturnValue:
-        status = exc.code or 500
-        code = _HTTP_CODES.get(status, "http_error")
-        message = exc.description or code
-        details = None
-        data = getattr(exc, "data", None)  # flask-smorest / webargs validation messages
-        if isinstance(data, dict) and "messages" in data:
-            details = data["messages"]
-            code, status, message = "invalid_request", 400, "request failed validation"
-        return RelayError(message, code=code, status=status, details=details).to_dict(), status
+        return relay_error(from_http_exception(exc))
 
     @app.errorhandler(psycopg.OperationalError)
     @app.errorhandler(PoolTimeout)
@@ -117,9 +109,3 @@ def _register_error_handlers(app: Flask) -> None:
         log.exception("unhandled error", extra={"request_id": getattr(g, "request_id", None)})
         return relay_error(InternalError(message="internal error"))
 
-
-_HTTP_CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "payload_too_large",
-    415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
-}

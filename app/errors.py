@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from werkzeug.exceptions import HTTPException
+
+# The codes of werkzeug's HTTP errors (a 404 route, a 405 method, ...), for Relay's answers and the compatible APIs'.
+HTTP_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "payload_too_large",
+    415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
+}
 
 
 class RelayError(Exception):
@@ -122,3 +132,14 @@ class BrokerUnavailable(ServiceUnavailable):
 class InsufficientStorage(RelayError):
     status = 507
     code = "insufficient_storage"
+
+
+def from_http_exception(exc: HTTPException) -> RelayError:
+    """A werkzeug or webargs HTTP error as a RelayError: argument validation is 400 invalid_request with the fields'
+    messages; any other keeps its status, with its code from HTTP_CODES."""
+    data = getattr(exc, "data", None)  # flask-smorest / webargs validation messages
+    if isinstance(data, dict) and "messages" in data:
+        return ValidationFailed(message="request failed validation", details=data["messages"])
+    status = exc.code or 500
+    code = HTTP_CODES.get(status, "http_error")
+    return RelayError(exc.description or code, code=code, status=status)

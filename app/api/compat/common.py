@@ -18,12 +18,12 @@ from app.errors import (
     PayloadTooLarge,
     RelayError,
     ValidationFailed,
+    from_http_exception,
 )
 from app.runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 SMALL_BODY = 64 * 1024  # a create body that names a file, or a cancel
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
 
 
 def runtime() -> Runtime:
@@ -50,16 +50,7 @@ def shape_errors(blp: Blueprint, shape: str) -> None:
 
     @blp.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> ResponseReturnValue:
-        return shaped_error(shape, as_relay_error(exc))
-
-
-def as_relay_error(exc: HTTPException) -> RelayError:
-    """A werkzeug or webargs HTTP error as a RelayError (argument validation: 400 invalid_request)."""
-    data = getattr(exc, "data", None)
-    if isinstance(data, dict) and "messages" in data:
-        return ValidationFailed(message="request failed validation", details=data["messages"])
-    status = exc.code or 400
-    return RelayError(exc.description, code=_HTTP_CODES.get(status, "bad_request"), status=status)
+        return shaped_error(shape, from_http_exception(exc))
 
 
 def answer(shape: str, produce: Callable[[], Any], status: int = 200) -> Response:
