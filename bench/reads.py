@@ -30,11 +30,7 @@ def reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     label = f"{sizes.reads_items:,}-item batch"
     with requests.Session() as session:
         for _ in range(repeat):
-            gets = [_timed(lambda: session.get(f"{env.api_url}/v1/batches/{batch_id}", headers=headers, timeout=60))
-                    for _ in range(sizes.read_gets)]
-            floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(sizes.read_gets)]
-            results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(gets) * 1000, "ms",
-                        target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
+            _get_p50(env, session, batch_id, headers, sizes.read_gets, label, results)
             rate, streamed, growth = _stream_results(env, session, batch_id, headers,
                                                      f"/v1/batches/{batch_id}/results")
             bare = read_results_bare(env.conn, batch_id, env.work / "payloads" / batch_id)
@@ -44,6 +40,16 @@ def reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
                                  f"({streamed / 2**20:.0f} MiB)", growth / streamed, "x", target=("<=", 0.1))
     env.forget_batch(batch_id)
     _openai_reads(env, sizes, repeat, results)
+
+
+def _get_p50(env: BenchEnv, session: requests.Session, batch_id: str, headers: dict[str, str], gets: int,
+             label: str, results: Results) -> None:
+    """p50 of GETS polls of GET /v1/batches/{id}, against as many GET /healthz."""
+    polls = [_timed(lambda: session.get(f"{env.api_url}/v1/batches/{batch_id}", headers=headers, timeout=60))
+             for _ in range(gets)]
+    floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(gets)]
+    results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(polls) * 1000, "ms",
+                target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
 
 
 def _openai_reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
@@ -57,11 +63,7 @@ def _openai_reads(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) ->
     label = f"{sizes.reads_items:,}-item OpenAI batch"
     with requests.Session() as session:
         for _ in range(repeat):
-            gets = [_timed(lambda: session.get(f"{env.api_url}/v1/batches/{batch_id}", headers=headers, timeout=60))
-                    for _ in range(sizes.read_gets)]
-            floor = [_timed(lambda: session.get(f"{env.api_url}/healthz", timeout=60)) for _ in range(sizes.read_gets)]
-            results.add("reads", f"{label}: GET /v1/batches/{{id}} p50", statistics.median(gets) * 1000, "ms",
-                        target=("<=", 50.0), baseline=statistics.median(floor) * 1000, baseline_name="GET /healthz")
+            _get_p50(env, session, batch_id, headers, sizes.read_gets, label, results)
             rate, _, _ = _stream_results(env, session, batch_id, headers, f"/v1/files/{output}/content")
             bare = read_results_bare(env.conn, batch_id, env.work / "payloads" / batch_id)
             results.add("reads", f"{label}: output file streamed", rate, "items/s", target=(">=", 100_000),

@@ -40,18 +40,13 @@ if TYPE_CHECKING:
     from app.payload_files import Body
 
 RESULTS_CHUNK = 2000
-_payloads_lock = threading.Lock()
 
 
 def payload_store(runtime: Runtime) -> PayloadStore:
     """This process's PayloadStore (one per runtime)."""
-    with _payloads_lock:
-        found = runtime.services.get("payloads")
-        if found is None:
-            settings = runtime.settings
-            found = runtime.services["payloads"] = PayloadStore(settings.batch_payload_dir,
-                                                                mode=settings.payload_file_mode)
-    return found  # type: ignore[no-any-return]
+    settings = runtime.settings
+    return runtime.service("payloads", lambda: PayloadStore(settings.batch_payload_dir,
+                                                            mode=settings.payload_file_mode))
 
 
 def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,

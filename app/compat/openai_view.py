@@ -3,7 +3,6 @@ lines of a batch's output and error files. No Flask."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,17 +23,12 @@ from app.runtime import Runtime
 from app.webhooks.callbacks import callback_columns
 
 API = "openai"
-_disk_lock = threading.Lock()
 
 
 def file_disk(runtime: Runtime) -> FileDisk:
     """This process's FileDisk (one per runtime)."""
-    with _disk_lock:
-        found = runtime.services.get("files")
-        if found is None:
-            settings = runtime.settings
-            found = runtime.services["files"] = FileDisk(settings.batch_payload_dir, mode=settings.payload_file_mode)
-    return found  # type: ignore[no-any-return]
+    settings = runtime.settings
+    return runtime.service("files", lambda: FileDisk(settings.batch_payload_dir, mode=settings.payload_file_mode))
 
 
 def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: Rerun | None = None) -> dict[str, Any]:
