@@ -131,7 +131,10 @@ def rate_limited(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> 
         per_window = env.conn.execute(
             "SELECT floor(extract(epoch FROM started_at) / %s) AS w, count(*) FILTER (WHERE status = 200)"
             " FROM usage_events WHERE batch_id = %s GROUP BY w ORDER BY w", (window, batch_id)).fetchall()
-        admitted = env.conn.execute("SELECT coalesce(max(requests), 0) FROM rate_limit_windows").fetchone()
+        admitted = env.conn.execute(  # what the leases granted in this policy's windows (other policies have their own)
+            "SELECT coalesce(max(w.requests), 0) FROM rate_limit_windows w"
+            " JOIN policy_rate_limits l ON l.id = w.limit_id JOIN policies p ON p.id = l.policy_id"
+            " WHERE p.name = 'limited' AND p.deleted_at IS NULL").fetchone()
         env.forget_batch(batch_id)
         first = int(per_window[0][1]) if per_window else 0
         most = max(int(r[1]) for r in per_window) if per_window else 0
