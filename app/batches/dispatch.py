@@ -141,6 +141,7 @@ class Dispatcher:
         self._channel: BlockingChannel | None = None
         self._thread = threading.Thread(target=self._run, name="relay-dispatcher", daemon=True)
         self._passes = 0
+        self._starts = pacing.StartBudget()  # paced policies' items published at their share's rate
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
         self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
@@ -241,7 +242,8 @@ class Dispatcher:
 
     def _paced(self, conn: Any, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """BATCHES with those of paced policies cut to what their limits let start now (pacing.publishable, less
-        what is published and not started yet), so their items do not wait in worker threads for budget."""
+        what is published and not started yet), so their items do not wait in worker threads for budget, and to
+        their share's steady rate (pacing.StartBudget), so budget released before they came is not one burst."""
         policies = get_catalog(self.runtime).snapshot().policies
         paced = {b["policy_id"]: policy for b in batches if (policy := policies.get(b["policy_id"])) is not None
                  and policy.batch_pace and policy.rate_limits}
@@ -253,6 +255,11 @@ class Dispatcher:
         limiter = get_limiter(self.runtime)
         room = {policy_id: pacing.publishable(policy, windows, now, limiter.token_estimate)
                 - started.get(policy_id, 0) for policy_id, policy in paced.items()}
+        for policy_id, policy in paced.items():
+            rate = pacing.steady_rate(policy, limiter.token_estimate)
+            if rate is not None:
+                room[policy_id] = min(room[policy_id], self._starts.allowance(policy_id, rate, time.monotonic()))
+        offered = dict(room)
         kept = []
         for batch in batches:
             if batch["policy_id"] not in room:
@@ -262,6 +269,8 @@ class Dispatcher:
             room[batch["policy_id"]] -= allow
             if allow:
                 kept.append({**batch, "total": batch["published_upto"] + allow})
+        for policy_id, left in room.items():
+            self._starts.spend(policy_id, max(0, offered[policy_id]) - max(0, left))
         return kept
 
     def recover_lost_messages(self) -> None:

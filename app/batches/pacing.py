@@ -20,6 +20,10 @@ from app.catalog.model import Policy, RateLimit
 from app.pipeline.leases import LINEAR_RELEASE_MAX_S, RELEASE_LEAD_S, batch_fraction
 from app.pipeline.ratelimit import window_start
 
+CATCH_UP_S = 2.0  # a paced policy's items start at its share's rate: budget its windows released unused (before the
+# batch came, or while it waited) is carried this long at most, so a batch submitted mid-window does not start the
+# window's elapsed share in one burst (which delayed live calls of the policy meanwhile)
+
 
 def limit_capacity(limit: RateLimit, share: float, tokens_per_item: float | None) -> int | None:
     """Batch items LIMIT lets through per window at SHARE (None: LIMIT does not bound them)."""
@@ -50,17 +54,10 @@ def seconds_under(limit: RateLimit, items: int, share: float, used: int, now: fl
         return (end - now) + (math.ceil((items - left_now) / capacity) - 1) * window
     rate = capacity / window
     released = capacity * min(1.0, (now - start + RELEASE_LEAD_S) / window)
-    available = max(0.0, released - used)
-    if items <= available:
+    burst = min(max(0.0, released - used), rate * CATCH_UP_S)  # what StartBudget lets start at once
+    if items <= burst:
         return 0.0
-    need = items - available
-    later_here = max(0.0, capacity - max(float(used), released))
-    if need <= later_here:
-        return need / rate
-    full, last = divmod(need - later_here, capacity)
-    if not last:
-        return (end - now) + full * window - RELEASE_LEAD_S
-    return (end - now) + full * window + max(0.0, last / rate - RELEASE_LEAD_S)
+    return max(0.0, used - released) / rate + (items - burst) / rate
 
 
 def expected_seconds(policy: Policy, items: int, used: Mapping[UUID, int], now: float | None = None,
@@ -77,6 +74,36 @@ def items_per_minute(policy: Policy, tokens_per_item: float | None = None) -> fl
     rates = [capacity * 60.0 / limit.window_s for limit in policy.rate_limits
              if (capacity := limit_capacity(limit, policy.batch_share, tokens_per_item)) is not None]
     return min(rates) if rates else None
+
+
+def steady_rate(policy: Policy, tokens_per_item: Callable[[UUID], float]) -> float | None:
+    """Batch items a second that POLICY's windows of up to an hour release at its share (None: none bounds them;
+    a longer window gives its share at its start)."""
+    rates = [capacity / limit.window_s for limit in policy.rate_limits if limit.window_s <= LINEAR_RELEASE_MAX_S
+             and (capacity := limit_capacity(limit, policy.batch_share, tokens_per_item(limit.id) or None))
+             is not None]
+    return min(rates) if rates else None
+
+
+class StartBudget:
+    """The dispatcher's even start of paced policies' items: per policy, a bucket filled at its steady rate and at
+    most CATCH_UP_S of it deep (the windows' own release still bounds what starts)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[UUID, tuple[float, float]] = {}  # policy id: (items it may start, when counted)
+
+    def allowance(self, policy_id: UUID, rate: float, now: float) -> int:
+        """How many items of POLICY_ID may start now at RATE items a second."""
+        depth = max(1.0, rate * CATCH_UP_S)
+        tokens, since = self._buckets.get(policy_id, (depth, now))
+        tokens = min(depth, tokens + max(0.0, now - since) * rate)
+        self._buckets[policy_id] = (tokens, now)
+        return math.floor(tokens)
+
+    def spend(self, policy_id: UUID, items: int) -> None:
+        """ITEMS of POLICY_ID were published to start."""
+        tokens, since = self._buckets.get(policy_id, (0.0, 0.0))
+        self._buckets[policy_id] = (tokens - items, since)
 
 
 def current_windows(conn: Connection[Any], limits: Sequence[RateLimit],
