@@ -1,0 +1,135 @@
+"""Traces exported for real: Relay's OTLP/HTTP exporter sends to a receiver bound to port 0 in this process, which
+decodes the protobuf; the fake upstream records the `traceparent` each call came with. A live call continues the
+caller's trace with its spans in the right parentage, a retried key attempt is two spans, the upstream's parent is
+its attempt's client span, and no secret or prompt is in any attribute."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.observability.tracing import Tracing
+from app.runtime import Runtime
+from app.settings import Settings
+from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
+from devtools.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.observability.tracing_helpers import attribute_texts, by_name, one, tracing_catalog
+from tests.usage.conftest import admin_headers, new_key
+
+pytestmark = pytest.mark.integration
+PROMPT = "a prompt that must never reach a span " + secrets.token_hex(4)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    found = OtlpReceiver().start()
+    yield found
+    found.stop()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    fake = start_fake_upstream()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def traced(settings: Settings, receiver: OtlpReceiver) -> Iterator[tuple[Any, Runtime]]:
+    """An app on a runtime of its own whose tracing exports to the receiver."""
+    from app import create_app
+
+    runtime = Runtime.build(settings)
+    runtime.services["tracing"] = Tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                                                    "OTEL_SERVICE_NAME": "relay-api-test"})
+    yield create_app(runtime=runtime), runtime
+    runtime.close()
+
+
+@pytest.fixture(scope="module")
+def relay_key(traced: tuple[Any, Runtime], settings: Settings, upstream: FakeUpstream) -> str:
+    client = traced[0].test_client()
+    res = client.put("/admin/catalog", headers=admin_headers(settings), json=tracing_catalog(upstream.url))
+    assert res.status_code == 200, res.json
+    return new_key(client, settings, "service_account", "tr-svc", "tr-main")
+
+
+def _chat(traced: tuple[Any, Runtime], key: str, headers: dict[str, str] | None = None) -> Any:
+    body = {"model": "tr-gpt", "messages": [{"role": "user", "content": PROMPT}]}
+    res = traced[0].test_client().post("/v1/chat/completions", json=body,
+                                       headers={"Authorization": f"Bearer {key}", **(headers or {})})
+    assert res.status_code == 200, res.json
+    return res
+
+
+def _trace(receiver: OtlpReceiver, runtime: Runtime, trace_id: str, attempts: int) -> list[ReceivedSpan]:
+    assert runtime.services["tracing"].flush()
+    spans = receiver.wait_for(lambda spans: len(by_name(spans, "relay.attempt", trace_id)) >= attempts
+                              and by_name(spans, "relay.usage", trace_id) != [])
+    return [s for s in spans if s.trace_id == trace_id]
+
+
+def test_a_live_call_continues_the_callers_trace_with_its_spans_and_sends_the_upstream_its_parent(
+        traced, relay_key, receiver, upstream) -> None:  # type: ignore[no-untyped-def]
+    trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    since = max([r["seq"] for r in upstream.requests()] or [0])
+    _chat(traced, relay_key, {"traceparent": f"00-{trace_id}-{caller_span}-01"})
+    spans = _trace(receiver, traced[1], trace_id, 1)
+
+    server = one(spans, "POST /v1/chat/completions")
+    assert server.kind == "server" and server.parent_id == caller_span and server.service == "relay-api-test"
+    assert server.attributes["http.response.status_code"] == 200
+    route, attempt, usage = one(spans, "relay.route"), one(spans, "relay.attempt"), one(spans, "relay.usage")
+    assert route.parent_id == attempt.parent_id == usage.parent_id == server.span_id
+    assert route.attributes["gen_ai.request.model"] == "tr-gpt" and route.attributes["relay.policy"] == "tr-main"
+    client = one(spans, "chat gpt-4o-mini")
+    assert client.kind == "client" and client.parent_id == attempt.span_id
+    assert client.attributes["gen_ai.request.model"] == "gpt-4o-mini"
+    assert client.attributes["http.response.status_code"] == 200
+    assert usage.attributes["gen_ai.usage.input_tokens"] > 0 and usage.attributes["gen_ai.usage.output_tokens"] > 0
+    [call] = upstream.requests(since=since)
+    assert call["traceparent"] == f"00-{trace_id}-{client.span_id}-01"
+
+
+def test_a_retried_key_attempt_is_two_spans_each_with_its_own_upstream_parent(
+        traced, relay_key, receiver, upstream) -> None:  # type: ignore[no-untyped-def]
+    upstream.control("sk-tr-first", mode="fail", fail_status=503, times=1)
+    since = max([r["seq"] for r in upstream.requests()] or [0])
+    trace_id = secrets.token_hex(16)
+    _chat(traced, relay_key, {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    spans = _trace(receiver, traced[1], trace_id, 2)
+
+    first, second = sorted(by_name(spans, "relay.attempt"), key=lambda s: s.attributes["relay.attempt"])
+    assert (first.attributes["relay.attempt"], second.attributes["relay.attempt"]) == (1, 2)
+    assert first.span_id != second.span_id and first.parent_id == second.parent_id
+    assert first.error and first.attributes["error.type"] == "503" and not second.error
+    assert first.attributes["relay.key.id"] != second.attributes["relay.key.id"]
+    clients = {s.parent_id: s for s in spans if s.kind == "client"}
+    assert set(clients) == {first.span_id, second.span_id}
+    calls = upstream.requests(since=since)
+    assert [c["key"] for c in calls] == ["sk-tr-first", "sk-tr-second"]
+    assert [c["traceparent"] for c in calls] == [f"00-{trace_id}-{clients[a.span_id].span_id}-01"
+                                                 for a in (first, second)]
+
+
+def test_without_a_callers_traceparent_a_live_call_starts_its_own_trace(
+        traced, relay_key, receiver) -> None:  # type: ignore[no-untyped-def]
+    res = _chat(traced, relay_key, {"x-request-id": "tracing-" + secrets.token_hex(8)})
+    request_id = res.headers["x-request-id"]
+    assert traced[1].services["tracing"].flush()
+    spans = receiver.wait_for(lambda spans: any(s.attributes.get("relay.request_id") == request_id for s in spans))
+    [server] = [s for s in spans if s.attributes.get("relay.request_id") == request_id]
+    assert server.parent_id == "" and len(server.trace_id) == 32
+
+
+def test_no_span_attribute_holds_a_secret_or_a_prompt(traced, relay_key, receiver, settings) -> None:  # type: ignore[no-untyped-def]
+    _chat(traced, relay_key)
+    assert traced[1].services["tracing"].flush()
+    texts = attribute_texts(receiver.spans())
+    assert any("tr-gpt" in t for t in texts)  # the attributes were read
+    for secret in ("sk-tr-first", "sk-tr-second", relay_key, settings.admin_token, settings.secret_key, PROMPT,
+                   "must never reach"):
+        assert not any(secret in t for t in texts), f"a span attribute holds {secret[:12]}..."
