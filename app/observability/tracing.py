@@ -170,8 +170,11 @@ class Tracing:
 
         return get_current()
 
-    def traceparent(self) -> str | None:
-        """The current span as a W3C `traceparent` (None when tracing is off or no span is active)."""
+    def traceparent(self, attributes: Attributes | None = None) -> str | None:
+        """The current span as a W3C `traceparent` (None when tracing is off or no span is active), after setting
+        ATTRIBUTES on it (a batch's submit: its id, for the item traces that will link to it)."""
+        if attributes:
+            self.annotate(attributes)
         carrier: dict[str, str] = {}
         self.inject(carrier)
         return carrier.get("traceparent")

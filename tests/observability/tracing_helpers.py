@@ -41,3 +41,10 @@ def attribute_texts(spans: list[ReceivedSpan]) -> list[str]:
         texts += [f"{k}={v}" for attrs in span.event_attributes for k, v in attrs.items()]
         texts.append(span.name)
     return texts
+
+
+def parent_of(traceparent: str) -> tuple[str, str]:
+    """The trace id and parent span id of a sampled W3C traceparent (its flags may add the random-id bit)."""
+    version, trace_id, span_id, flags = traceparent.split("-")
+    assert version == "00" and int(flags, 16) & 1, traceparent
+    return trace_id, span_id
