@@ -4,6 +4,7 @@ receiver, and a relay key on the tracing catalog."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.otlp_receiver import OtlpReceiver
 from tests.observability.tracing_helpers import tracing_catalog
 from tests.usage.conftest import admin_headers, new_key
+
+LOOPBACK_CALLBACKS = {"webhook_allowed_hosts": "127.0.0.1", "webhook_allowed_networks": "127.0.0.0/8"}
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +36,10 @@ def traced_upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def traced(settings: Settings, receiver: OtlpReceiver) -> Iterator[tuple[Any, Runtime]]:
-    """An app on a runtime of its own whose tracing exports to the receiver."""
+    """An app on a runtime of its own whose tracing exports to the receiver (batches may call back on loopback)."""
     from app import create_app
 
-    runtime = Runtime.build(settings)
+    runtime = Runtime.build(replace(settings, **LOOPBACK_CALLBACKS))
     runtime.services["tracing"] = Tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
                                                     "OTEL_SERVICE_NAME": "relay-api-test"})
     yield create_app(runtime=runtime), runtime

@@ -5,6 +5,7 @@ call inside it and the upstream parented on its attempt."""
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -17,10 +18,13 @@ from app.batches.dispatch import TRACE_OPTION, encode_items
 from app.runtime import Runtime
 from devtools.otlp_receiver import ReceivedSpan
 from devtools.processes import RelayProcess, start_workers
+from devtools.webhook_receiver import Receiver
 from tests.batches.helpers import wait_finished
-from tests.observability.tracing_helpers import by_name, one, parent_of
+from tests.observability.conftest import LOOPBACK_CALLBACKS
+from tests.observability.tracing_helpers import attribute_texts, by_name, one, parent_of
 
 pytestmark = pytest.mark.integration
+CALLBACK_SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 CHAT = {"model": "tr-gpt", "messages": [{"role": "user", "content": "an item"}]}
 
 
@@ -28,7 +32,8 @@ CHAT = {"model": "tr-gpt", "messages": [{"role": "user", "content": "an item"}]}
 def traced_workers(settings_env, runtime, relay_key, receiver, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
     """One `relay worker` process, tracing on through the standard variables, exporting to the receiver."""
     env = {**settings_env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "relay-worker-test",
-           "OTEL_BSP_SCHEDULE_DELAY": "100"}
+           "OTEL_BSP_SCHEDULE_DELAY": "100",
+           **{f"RELAY_{name.upper()}": value for name, value in LOOPBACK_CALLBACKS.items()}}
     proc = start_workers(env, tmp_path_factory.mktemp("traced-workers"), runtime, processes=1, threads=2)
     yield proc
     proc.stop()
@@ -74,6 +79,37 @@ def test_each_item_of_a_batch_is_a_trace_of_its_own_linked_to_the_submit(
         upstream_call = one(own, "chat gpt-4o-mini")
         assert upstream_call.parent_id == attempt.span_id
         assert parent_of(calls[item.trace_id]["traceparent"]) == (item.trace_id, upstream_call.span_id)
+
+
+def test_a_webhook_delivery_is_a_trace_of_its_own_linked_to_the_submit(
+        traced, relay_key, receiver, traced_workers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    hooks = Receiver(log_path=tmp_path / "receiver.log").start()
+    try:
+        client, caller_trace = traced[0].test_client(), secrets.token_hex(16)
+        res = client.post("/v1/batches", json={"shape": "openai", "requests": [CHAT],
+                                               "callback_url": f"{hooks.url}/ended",
+                                               "callback_secret": CALLBACK_SECRET},
+                          headers={"Authorization": f"Bearer {relay_key}",
+                                   "traceparent": f"00-{caller_trace}-{secrets.token_hex(8)}-01"})
+        assert res.status_code == 202, res.json
+        hooks.wait("/ended")
+    finally:
+        hooks.stop()
+    assert traced[1].services["tracing"].flush()
+    spans = receiver.wait_for(lambda spans: any(s.links and s.links[0][0] == caller_trace
+                                                for s in by_name(spans, "relay.webhook.delivery")))
+    submitted = one([s for s in spans if s.trace_id == caller_trace], "POST /v1/batches")
+    [delivery] = [s for s in by_name(spans, "relay.webhook.delivery") if s.links[0][0] == caller_trace]
+    assert delivery.links == ((caller_trace, submitted.span_id),) and delivery.parent_id == ""
+    assert delivery.trace_id != caller_trace and delivery.attributes["relay.webhook.retry_in_s"] == -1
+
+
+def test_no_span_of_a_batch_or_its_webhook_holds_a_secret(receiver, relay_key, settings) -> None:  # type: ignore[no-untyped-def]
+    texts = attribute_texts(receiver.spans())
+    assert any("relay.batch.idx" in t for t in texts) and any("relay.webhook" in t for t in texts)
+    for secret in (CALLBACK_SECRET, relay_key, "sk-tr-first", "sk-tr-second", settings.admin_token,
+                   settings.secret_key):
+        assert not any(secret in t for t in texts), f"a span attribute holds {secret[:12]}..."
 
 
 def _items(spans: list[ReceivedSpan], batch_id: str) -> list[ReceivedSpan]:
