@@ -55,13 +55,14 @@ def drain(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     body, items = batch_body(sizes.drain)
     for _ in range(repeat):
         for policy in ("real", "fast"):
-            _drain_once(env, sizes, results, policy, body, items)
+            drain_once(env, sizes, results, policy, body, items)
 
 
-def _drain_once(env: BenchEnv, sizes: Sizes, results: Results, policy: str, body: bytes, items: list[bytes]) -> None:
+def drain_once(env: BenchEnv, sizes: Sizes, results: Results, policy: str, body: bytes, items: list[bytes],
+                scenario: str = "") -> None:
     processes, threads = sizes.drain_workers
     real = policy == "real"
-    scenario = "drain" if real else "drain (bare policy)"
+    scenario = scenario or ("drain" if real else "drain (bare policy)")
     batch_id, _ = env.post_batch(policy, body)
     accepted, before = time.time(), env.cpu_sample()  # the drain's CPU, not the accept's
     env.wait_final(batch_id, sizes.drain)
