@@ -9,9 +9,11 @@ import secrets
 from typing import Any
 
 import pytest
+import requests
 
 from app.runtime import Runtime
 from devtools.otlp_receiver import OtlpReceiver, ReceivedSpan
+from devtools.processes import start_api
 from tests.observability.tracing_helpers import attribute_texts, by_name, one, parent_of
 
 pytestmark = pytest.mark.integration
@@ -94,3 +96,25 @@ def test_no_span_attribute_holds_a_secret_or_a_prompt(traced, relay_key, receive
     for secret in ("sk-tr-first", "sk-tr-second", relay_key, settings.admin_token, settings.secret_key, PROMPT,
                    "must never reach"):
         assert not any(secret in t for t in texts), f"a span attribute holds {secret[:12]}..."
+
+
+def test_a_relay_api_process_under_gunicorn_exports_a_streamed_calls_trace_from_the_standard_variables(
+        settings_env, relay_key, receiver, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {**settings_env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "relay-api-process",
+           "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    api = start_api(env, tmp_path)
+    try:
+        trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+        body = {"model": "tr-gpt", "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
+        res = requests.post(api.url + "/v1/chat/completions", json=body, timeout=30, headers={
+            "Authorization": f"Bearer {relay_key}", "traceparent": f"00-{trace_id}-{caller_span}-01"})
+        assert res.status_code == 200 and "data:" in res.text
+        spans = [s for s in receiver.wait_for(lambda spans: any(
+            s.trace_id == trace_id and s.kind == "server" for s in spans)) if s.trace_id == trace_id]
+    finally:
+        api.stop()
+    server = one(spans, "POST /v1/chat/completions")
+    assert server.service == "relay-api-process" and server.parent_id == caller_span
+    usage = one(spans, "relay.usage")  # written when the stream ended, still under the call's server span
+    assert usage.parent_id == server.span_id and usage.attributes["gen_ai.usage.output_tokens"] > 0
+    assert one(spans, "chat gpt-4o-mini").parent_id == one(spans, "relay.attempt").span_id
