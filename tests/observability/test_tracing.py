@@ -88,6 +88,16 @@ def test_without_a_callers_traceparent_a_live_call_starts_its_own_trace(
     assert server.parent_id == "" and len(server.trace_id) == 32
 
 
+def test_a_malformed_traceparent_is_ignored_and_the_call_starts_its_own_trace(
+        traced, relay_key, receiver) -> None:  # type: ignore[no-untyped-def]
+    request_id = "tracing-" + secrets.token_hex(8)
+    _chat(traced, relay_key, {"x-request-id": request_id, "traceparent": "00-not-a-trace-context-\u0000"})
+    assert traced[1].services["tracing"].flush()
+    spans = receiver.wait_for(lambda spans: any(s.attributes.get("relay.request_id") == request_id for s in spans))
+    [server] = [s for s in spans if s.attributes.get("relay.request_id") == request_id]
+    assert server.parent_id == "" and "not" not in server.trace_id
+
+
 def test_no_span_attribute_holds_a_secret_or_a_prompt(traced, relay_key, receiver, settings) -> None:  # type: ignore[no-untyped-def]
     _chat(traced, relay_key)
     assert traced[1].services["tracing"].flush()
