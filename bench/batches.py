@@ -69,12 +69,15 @@ def drain_once(env: BenchEnv, sizes: Sizes, results: Results, policy: str, body:
     after = env.cpu_sample()
     completed = _count_state(env, batch_id, "completed")
     elapsed = env.last_finished(batch_id) - accepted
+    failures = env.conn.execute("SELECT state, error_code, count(*) FROM batch_items WHERE batch_id = %s"
+                                " AND state <> 'completed' GROUP BY 1, 2", (batch_id,)).fetchall()
     env.forget_batch(batch_id)
     rate, client_ms = direct_client(env.upstream.url + "/v1/chat/completions", KEYS["fast"], items,
                                     processes * threads)
     cpu = {group: sysstat.cpu_delta(before[group], after[group]) * 1000 / sizes.drain for group in before}
     if completed != sizes.drain:
-        results.notes.append(f"{scenario}: only {completed} of {sizes.drain} items completed")
+        results.notes.append(f"{scenario}: only {completed} of {sizes.drain} items completed; the others: "
+                             + ", ".join(f"{n} {state} ({code})" for state, code, n in failures))
     label = f"{sizes.drain:,} items, {processes}x{threads} threads"
     results.add(scenario, f"{label}: items/s", sizes.drain / elapsed, "items/s",
                 baseline=rate, baseline_name="plain client → upstream")

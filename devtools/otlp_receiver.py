@@ -5,23 +5,34 @@ exporters really sent: names, ids, parentage, links, attributes, the service tha
 
     receiver = OtlpReceiver().start()   # export to receiver.url (OTEL_EXPORTER_OTLP_ENDPOINT)
     spans = receiver.wait_for(lambda spans: any(s.name == "relay.attempt" for s in spans))
+
+The bench runs it in a process of its own, keeping only counts per span name (`python -m devtools.otlp_receiver`
+prints its port; `GET /_control/counts`, `POST /_control/clear`), so decoding takes no CPU from its clients:
+ReceiverProcess drives it.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import requests
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from devtools.processes import ROOT
 
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -75,9 +86,11 @@ def decode(body: bytes) -> list[ReceivedSpan]:
 class OtlpReceiver:
     """The receiver: start() binds it; spans() is everything received so far, oldest first."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True) -> None:
         self._lock = threading.Lock()
+        self._keep = keep  # keep the spans, or only count them by name
         self._spans: list[ReceivedSpan] = []
+        self.counts: Counter[str] = Counter()
         self.requests = 0  # export requests received
         self._server: ThreadingHTTPServer | None = None
 
@@ -94,8 +107,20 @@ class OtlpReceiver:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 return
 
+            def do_GET(self) -> None:
+                if self.path != "/_control/counts":
+                    self._answer(404, b"")
+                    return
+                with receiver._lock:
+                    counts = json.dumps(receiver.counts).encode()
+                self._answer(200, counts)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/_control/clear":
+                    receiver.clear()
+                    self._answer(200, b"{}")
+                    return
                 if self.path != "/v1/traces":
                     self._answer(404, b"")
                     return
@@ -118,7 +143,9 @@ class OtlpReceiver:
 
     def _add(self, spans: list[ReceivedSpan]) -> None:
         with self._lock:
-            self._spans += spans
+            if self._keep:
+                self._spans += spans
+            self.counts.update(s.name for s in spans)
             self.requests += 1
 
     def spans(self) -> list[ReceivedSpan]:
@@ -128,6 +155,7 @@ class OtlpReceiver:
     def clear(self) -> None:
         with self._lock:
             self._spans.clear()
+            self.counts.clear()
 
     def wait_for(self, done: Callable[[list[ReceivedSpan]], bool], timeout: float = 60) -> list[ReceivedSpan]:
         """The spans received, once DONE says they are all there; AssertionError after TIMEOUT seconds."""
@@ -146,3 +174,46 @@ class OtlpReceiver:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class ReceiverProcess:
+    """A counting receiver in a process of its own (the bench's): start() returns once it told its port."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self) -> ReceiverProcess:
+        self.proc = subprocess.Popen([sys.executable, "-m", "devtools.otlp_receiver"], cwd=ROOT,
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http://"):
+            self.stop()
+            raise RuntimeError("the OTLP receiver did not start")
+        return self
+
+    def counts(self) -> dict[str, int]:
+        """Spans received so far, by name."""
+        return requests.get(self.url + "/_control/counts", timeout=30).json()  # type: ignore[no-any-return]
+
+    def clear(self) -> None:
+        requests.post(self.url + "/_control/clear", timeout=30).raise_for_status()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+def main() -> int:
+    """Serve on a port the system picks, counting spans; print the URL, then run until killed."""
+    receiver = OtlpReceiver(keep=False).start()
+    print(receiver.url, flush=True)
+    threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
