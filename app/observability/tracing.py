@@ -105,20 +105,11 @@ class Tracing:
         return _typed_errors(self._tracer.start_as_current_span(name, context=parent, kind=SpanKind[kind.upper()],
                                                                 attributes=attributes))
 
-    def server_span(self, name: str, headers: Mapping[str, str],
-                    attributes: Attributes | None = None) -> AbstractContextManager[SpanLike]:
-        """A server span continuing the caller's `traceparent` in HEADERS (a new trace without one)."""
-        if self._tracer is None:
-            return NO_SPAN
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        parent = TraceContextTextMapPropagator().extract(_carrier(headers))
-        return self.span(name, attributes, kind="server", parent=parent)
-
     def start_server(self, name: str, headers: Mapping[str, str],
                      attributes: Attributes | None = None) -> tuple[SpanLike, object]:
-        """server_span() for a span that may outlive its block (a streamed answer): started and made current until
-        detach(TOKEN); the caller ends it."""
+        """A server span continuing the caller's `traceparent` in HEADERS (a new trace without one), which may
+        outlive the request's handler (a streamed answer): started and made current until detach(TOKEN); the caller
+        ends it."""
         if self._tracer is None:
             return NO_SPAN, None
         from opentelemetry import context, trace
