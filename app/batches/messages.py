@@ -34,9 +34,12 @@ THEN_WAIT_S = 5.0  # how long the claim of the next item may take once its prede
 
 def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int], *, trace: str | None = None) -> list[int]:
     """Run the items of one message; returns those not started because the worker is stopping. TRACE: the submit's
-    traceparent, which each item's trace (its own: a root span here) links to."""
+    traceparent, which each item's trace (its own: a root span here) links to; a message without it (published
+    again by the lost-message sweep, or before tracing was on) takes it from the batch's row."""
     carried: Claimed | None = None
     tracing = get_tracing(ctx.runtime)
+    if trace is None and tracing.enabled:
+        trace = (ctx.batch_info(batch_id) or {}).get("trace_context")
     for n, idx in enumerate(idxs):
         with log_context(batch_id=str(batch_id), idx=idx), tracing.linked_root(
                 "relay.batch_item", trace, {"relay.batch.id": str(batch_id), "relay.batch.idx": idx}):

@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import dramatiq
+import pika
 import pytest
 
 from app.batches.dispatch import TRACE_OPTION, encode_items
@@ -79,6 +80,24 @@ def test_each_item_of_a_batch_is_a_trace_of_its_own_linked_to_the_submit(
         upstream_call = one(own, "chat gpt-4o-mini")
         assert upstream_call.parent_id == attempt.span_id
         assert parent_of(calls[item.trace_id]["traceparent"]) == (item.trace_id, upstream_call.span_id)
+
+
+def test_an_item_message_without_the_trace_context_takes_it_from_the_batch_row(
+        traced, relay_key, receiver, traced_workers, settings) -> None:  # type: ignore[no-untyped-def]
+    client, caller_trace = traced[0].test_client(), secrets.token_hex(16)
+    res = client.post("/v1/batches", json={"shape": "openai", "requests": [CHAT]}, headers={
+        "Authorization": f"Bearer {relay_key}", "traceparent": f"00-{caller_trace}-{secrets.token_hex(8)}-01"})
+    assert res.status_code == 202, res.json
+    batch_id = res.json["id"]
+    wait_finished(client, relay_key, batch_id)
+    # as the lost-message sweep publishes it: no options (its item is final already, so the claim finds nothing)
+    with pika.BlockingConnection(pika.URLParameters(settings.broker_url)) as conn:
+        conn.channel().basic_publish("", settings.queue_name, encode_items(settings.queue_name, UUID(batch_id), [0]),
+                                     pika.BasicProperties(delivery_mode=2))
+    assert traced[1].services["tracing"].flush()
+    spans = receiver.wait_for(lambda spans: len(_items(spans, batch_id)) == 2)
+    submitted = one([s for s in spans if s.trace_id == caller_trace], "POST /v1/batches")
+    assert [i.links for i in _items(spans, batch_id)] == [((caller_trace, submitted.span_id),)] * 2
 
 
 def test_a_webhook_delivery_is_a_trace_of_its_own_linked_to_the_submit(
