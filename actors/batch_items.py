@@ -6,12 +6,13 @@ import logging
 from uuid import UUID
 
 import dramatiq
+from dramatiq.middleware import CurrentMessage
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from actors.boot import worker_context
 from actors.broker import get_broker
 from app.batches import outcomes
-from app.batches.dispatch import ITEM_ACTOR, MAX_GROUP
+from app.batches.dispatch import ITEM_ACTOR, MAX_GROUP, TRACE_OPTION
 from app.batches.finals import finalize_by_key
 from app.batches.messages import run_items
 from app.settings import Settings
@@ -28,8 +29,10 @@ def run_batch_items(batch_id: str, idxs: list[int]) -> None:
     """Run some items of one batch; always returns normally (outcomes are recorded in Postgres). Items not started
     because the worker is stopping go back to the queue for another worker."""
     ctx = worker_context()
+    message = CurrentMessage.get_current_message()
+    trace = message.options.get(TRACE_OPTION) if message is not None else None
     try:
-        rest = run_items(ctx, UUID(batch_id), [int(i) for i in idxs])
+        rest = run_items(ctx, UUID(batch_id), [int(i) for i in idxs], trace=trace)
     except TimeLimitExceeded:  # the backstop: our own deadlines should have stopped every item first
         for idx in idxs:
             finalize_by_key(ctx.runtime, UUID(batch_id), int(idx), outcomes.time_limit(), owner=ctx.worker_id,

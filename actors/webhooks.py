@@ -4,6 +4,7 @@ webhook outbox in every worker process. The delivery logic is `app.webhooks.deli
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
 
@@ -12,9 +13,12 @@ from dramatiq.middleware import Middleware
 
 from actors.boot import worker_context
 from actors.broker import get_broker
+from app.observability.tracing import NO_SPAN, SpanLike, get_tracing
+from app.runtime import Runtime
 from app.settings import Settings
 from app.webhooks.delivery import deliver
 from app.webhooks.outbox import Outbox
+from app.webhooks.store import batch_trace_context
 
 log = logging.getLogger("relay.actors.webhooks")
 _settings = Settings.from_env()
@@ -32,9 +36,22 @@ def _always(_retries: int, _exc: BaseException) -> bool:
 def deliver_webhook(delivery_id: str, token: str) -> None:
     """One attempt of a delivery. Raises Retry when this message should come again (a short backoff, or another
     attempt's lease to wait out); other errors (Postgres away) are retried with Dramatiq's own backoff."""
-    wait = deliver(worker_context().runtime, UUID(delivery_id), UUID(token))
+    runtime = worker_context().runtime
+    with _delivery_span(runtime, UUID(delivery_id)) as span:
+        wait = deliver(runtime, UUID(delivery_id), UUID(token))
+        span.set_attribute("relay.webhook.retry_in_s", wait if wait is not None else -1)
     if wait is not None:
         raise dramatiq.Retry(delay=max(1, int(wait * 1000)))
+
+
+def _delivery_span(runtime: Runtime, delivery_id: UUID) -> AbstractContextManager[SpanLike]:
+    """With tracing on: the attempt's trace, its own, linked to the submit of the batch whose end it tells."""
+    tracing = get_tracing(runtime)
+    if not tracing.enabled:
+        return NO_SPAN
+    with runtime.pool.connection() as conn:
+        submitted = batch_trace_context(conn, delivery_id)
+    return tracing.linked_root("relay.webhook.delivery", submitted, {"relay.webhook.delivery_id": str(delivery_id)})
 
 
 def _publish(delivery_id: str, token: str) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dramatiq.middleware import CurrentMessage
+
 from actors.boot import BatchWorkerBoot
 from actors.broker import build_broker
 from app.settings import Settings
@@ -9,6 +11,7 @@ from app.settings import Settings
 settings = Settings.from_env()
 broker = build_broker(settings)
 broker.add_middleware(BatchWorkerBoot())
+broker.add_middleware(CurrentMessage())  # the item actor reads the submit's trace context from its message's options
 # Declared at boot, not first in a consumer's retry loop: a queue of another type (RELAY_QUEUE_TYPE) stops
 # `relay worker` at once with app.queues.QueueTypeMismatch instead of leaving it consuming nothing.
 broker.declare_queue(settings.queue_name, ensure=True)

@@ -17,6 +17,8 @@ from app.api.docs_assets import blp as docs_blueprint
 from app.api.openapi import build_api
 from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTimeout, from_http_exception
 from app.observability.metrics import install_request_metrics
+from app.observability.request_tracing import install_request_tracing
+from app.observability.tracing import get_tracing
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -48,6 +50,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     app.register_blueprint(docs_blueprint)
     _register_request_hooks(app)
+    install_request_tracing(app, get_tracing(runtime))
     install_request_metrics(app)
     _register_error_handlers(app)
     return app

@@ -7,9 +7,9 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only drain,live     # a subset
     .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
 
-Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks. It uses
-its own database and RabbitMQ vhost (`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy: compare
-ratios, not single times.
+Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks,
+tracing. It uses its own database and RabbitMQ vhost (`relay_bench`, or --database; dropped at the end). Timings on a
+2-core machine are noisy: compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import batches, fairness, live, pacing, peers, reads, slow_clients, storage, webhooks
+from bench import batches, fairness, live, pacing, peers, reads, slow_clients, storage, tracing, webhooks
 from bench.env import BenchEnv
 from bench.report import Results
 from bench.sizes import FULL, QUICK, Sizes
@@ -40,6 +40,7 @@ SCENARIOS: dict[str, Scenario] = {
     "pacing": pacing.pacing,
     "files": storage.files,
     "webhooks": webhooks.webhooks,
+    "tracing": tracing.tracing,
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -79,13 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer", action="append", default=[], choices=sorted(peers.PEERS),
                         help="also run the live scenarios against this gateway (installed on first use into "
                              ".bench-peers/) and print Relay ÷ peer")
+    parser.add_argument("--database", default="relay_bench",
+                        help="the database and RabbitMQ vhost it creates and drops (a second bench on the same services"
+                             " needs another name)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the JSON ({DEFAULT_JSON})")
     args = parser.parse_args(argv)
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in only if name not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
-    results = run(QUICK if args.quick else FULL, only, max(1, args.repeat), args.json, peer_names=tuple(args.peer))
+    results = run(QUICK if args.quick else FULL, only, max(1, args.repeat), args.json, database=args.database,
+                  peer_names=tuple(args.peer))
     print(results.table())
     for name in args.peer:
         print(f"\nRelay ÷ {name} (medians; below 1 is better for latency, above 1 for requests/s):\n")

@@ -55,25 +55,29 @@ def drain(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     body, items = batch_body(sizes.drain)
     for _ in range(repeat):
         for policy in ("real", "fast"):
-            _drain_once(env, sizes, results, policy, body, items)
+            drain_once(env, sizes, results, policy, body, items)
 
 
-def _drain_once(env: BenchEnv, sizes: Sizes, results: Results, policy: str, body: bytes, items: list[bytes]) -> None:
+def drain_once(env: BenchEnv, sizes: Sizes, results: Results, policy: str, body: bytes, items: list[bytes],
+                scenario: str = "") -> None:
     processes, threads = sizes.drain_workers
     real = policy == "real"
-    scenario = "drain" if real else "drain (bare policy)"
+    scenario = scenario or ("drain" if real else "drain (bare policy)")
     batch_id, _ = env.post_batch(policy, body)
     accepted, before = time.time(), env.cpu_sample()  # the drain's CPU, not the accept's
     env.wait_final(batch_id, sizes.drain)
     after = env.cpu_sample()
     completed = _count_state(env, batch_id, "completed")
     elapsed = env.last_finished(batch_id) - accepted
+    failures = env.conn.execute("SELECT state, error_code, count(*) FROM batch_items WHERE batch_id = %s"
+                                " AND state <> 'completed' GROUP BY 1, 2", (batch_id,)).fetchall()
     env.forget_batch(batch_id)
     rate, client_ms = direct_client(env.upstream.url + "/v1/chat/completions", KEYS["fast"], items,
                                     processes * threads)
     cpu = {group: sysstat.cpu_delta(before[group], after[group]) * 1000 / sizes.drain for group in before}
     if completed != sizes.drain:
-        results.notes.append(f"{scenario}: only {completed} of {sizes.drain} items completed")
+        results.notes.append(f"{scenario}: only {completed} of {sizes.drain} items completed; the others: "
+                             + ", ".join(f"{n} {state} ({code})" for state, code, n in failures))
     label = f"{sizes.drain:,} items, {processes}x{threads} threads"
     results.add(scenario, f"{label}: items/s", sizes.drain / elapsed, "items/s",
                 baseline=rate, baseline_name="plain client → upstream")

@@ -230,3 +230,25 @@ def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_i
                                  ("app.pipeline.v", "devtools.fake_upstream.state"),
                                  ("app.runtime", "app.observability.logs"), ("bench.u", "tests.processes")]
     assert _reachable(graph, "app.catalog.x") == {"app.catalog.x", "app.credentials.y"}
+
+
+def test_tracing_off_never_imports_the_opentelemetry_sdk() -> None:
+    """The SDK and its exporter load only when OTEL_EXPORTER_OTLP_ENDPOINT turns tracing on: a process with tracing
+    off imports the whole pipeline, the API, the batch runner and the actors' modules, starts spans, and has loaded
+    none of it (checked in a fresh interpreter, against the same code with tracing on)."""
+    import subprocess
+
+    script = ("import sys\n"
+              "import app, app.pipeline, app.batches.messages, app.batches.dispatch, app.webhooks.delivery\n"
+              "from app.observability.tracing import Tracing\n"
+              "tracing = Tracing.from_env(dict(TRACING_ENV))\n"
+              "with tracing.span('x') as span, tracing.linked_root('y', None):\n"
+              "    span.set_attribute('a', 1)\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith('opentelemetry')}))\n")
+    loaded = {}
+    for name, env in (("off", {}), ("on", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})):
+        out = subprocess.run([sys.executable, "-c", script.replace("TRACING_ENV", repr(env))], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        loaded[name] = out.stdout.strip()
+    assert loaded == {"off": "[]", "on": "['opentelemetry']"}

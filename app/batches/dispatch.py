@@ -45,10 +45,14 @@ LEAD_S = 0.1  # the lead behind the running messages shrinks by LEAD_S / a messa
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
 
 
-def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int]) -> bytes:
-    """The message body for some items of one batch, as Dramatiq encodes a call of the item actor."""
+TRACE_OPTION = "relay_trace"  # the message option carrying the submit's traceparent to the item actor
+
+
+def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int], trace: str | None = None) -> bytes:
+    """The message body for some items of one batch, as Dramatiq encodes a call of the item actor (with the
+    submit's trace context in its options, when it has one)."""
     return dramatiq.Message(queue_name=queue, actor_name=ITEM_ACTOR, args=(str(batch_id), list(idxs)), kwargs={},
-                            options={}).encode()
+                            options={TRACE_OPTION: trace} if trace else {}).encode()
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class Publication:
     batch_id: UUID
     idxs: tuple[int, ...]
     policy: str = ""  # shown to operators as the message's `relay-policy` header (RabbitMQ management UI)
+    trace: str | None = None  # the submit's traceparent (tracing on), carried in the message's options
 
 
 Cursor = tuple[UUID, int]  # a batch and its new publish cursor
@@ -82,7 +87,7 @@ def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int,
                 continue
             left -= take
             messages += [Publication(batch["id"], tuple(range(i, min(i + group, start + take))),
-                                     batch.get("policy") or "")
+                                     batch.get("policy") or "", batch.get("trace_context"))
                          for i in range(start, start + take, group)]
             cursors.append((batch["id"], start + take))
         queues.append(messages)
@@ -294,8 +299,8 @@ class Dispatcher:
         for message in messages:
             properties = pika.BasicProperties(delivery_mode=2, headers={"relay-policy": message.policy,
                                                                         "relay-batch": str(message.batch_id)})
-            channel.basic_publish("", self.queue, encode_items(self.queue, message.batch_id, message.idxs),
-                                  properties)
+            channel.basic_publish("", self.queue, encode_items(self.queue, message.batch_id, message.idxs,
+                                                               message.trace), properties)
         channel.tx_commit()
 
     def _open(self) -> BlockingChannel:

@@ -21,6 +21,7 @@ from app.batches.runner import Claimed, WorkerContext, run_item
 from app.catalog.model import Policy
 from app.errors import RateLimited
 from app.observability.logs import log_context
+from app.observability.tracing import get_tracing
 from app.pipeline.interrupt import Interrupter
 from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
 
@@ -31,11 +32,17 @@ PACED_HOLD_S = 60.0  # then its message goes back to the queue (a message held f
 THEN_WAIT_S = 5.0  # how long the claim of the next item may take once its predecessor's final state is committed
 
 
-def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int]) -> list[int]:
-    """Run the items of one message; returns those not started because the worker is stopping."""
+def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int], *, trace: str | None = None) -> list[int]:
+    """Run the items of one message; returns those not started because the worker is stopping. TRACE: the submit's
+    traceparent, which each item's trace (its own: a root span here) links to; a message without it (published
+    again by the lost-message sweep, or before tracing was on) takes it from the batch's row."""
     carried: Claimed | None = None
+    tracing = get_tracing(ctx.runtime)
+    if trace is None and tracing.enabled:
+        trace = (ctx.batch_info(batch_id) or {}).get("trace_context")
     for n, idx in enumerate(idxs):
-        with log_context(batch_id=str(batch_id), idx=idx):
+        with log_context(batch_id=str(batch_id), idx=idx), tracing.linked_root(
+                "relay.batch_item", trace, {"relay.batch.id": str(batch_id), "relay.batch.idx": idx}):
             admitted: Any = None
             if carried is None:
                 if ctx.stopping.is_set() and n:

@@ -34,9 +34,10 @@ def try_leader_lock(conn: Conn, lock_id: int) -> bool:
 
 def outbox_batches(conn: Conn, limit: int = 200) -> list[Row]:
     """Batches (not cancelled) with items left to publish, oldest first: id, owner, policy (its name and batch
-    weight), cursor and total."""
+    weight), cursor, total and the submit's trace context."""
     return conn.execute(
-        "SELECT b.id, b.owner, b.policy_id, p.name AS policy, p.batch_weight AS weight, b.published_upto, b.total"
+        "SELECT b.id, b.owner, b.policy_id, p.name AS policy, p.batch_weight AS weight, b.published_upto, b.total,"
+        " b.trace_context"
         " FROM batches b JOIN policies p ON p.id = b.policy_id"
         " WHERE b.dispatched_at IS NULL AND b.status = 'queued' AND b.published_upto < b.total"
         " ORDER BY b.created_at, b.id LIMIT %s", (limit,)).fetchall()

@@ -28,6 +28,7 @@ from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
 from app.cursors import decode_cursor, encode_cursor
 from app.errors import DatabaseUnavailable
+from app.observability.tracing import get_tracing
 from app.payloads import PayloadMissing, PayloadStore, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
@@ -97,6 +98,8 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
         "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": total,
         "owner": caller.owner, **caller.attribution(), **columns, **(origin.columns if origin else {}),
         **(rerun.columns if rerun else {}),
+        "trace_context": get_tracing(runtime).traceparent({"relay.batch.id": str(batch_id),
+                                                           "relay.batch.items": total}),
     }
     named: set[str] = set()
     if cap is not None:

@@ -380,9 +380,10 @@ def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Ro
 
 
 def batch_run_info(conn: Conn, batch_id: UUID) -> Row | None:
-    """What a worker needs of a batch before claiming its items: its policy and deadline (they never change)."""
-    return conn.execute("SELECT policy_id, expires_at FROM batches WHERE id = %s",  # type: ignore[no-any-return]
-                        (batch_id,)).fetchone()
+    """What a worker needs of a batch before claiming its items: its policy, deadline and the submit's trace
+    context (they never change)."""
+    return conn.execute("SELECT policy_id, expires_at, trace_context FROM batches"  # type: ignore[no-any-return]
+                        " WHERE id = %s", (batch_id,)).fetchone()
 
 
 def batches_due_to_expire(conn: Conn, limit: int = 100) -> list[Row]:

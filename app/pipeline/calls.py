@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from app.catalog.model import HostKey
 from app.db import autocommit
 from app.errors import RelayError, UpstreamFailed
 from app.observability.metrics import observe_upstream
+from app.observability.tracing import get_tracing
 from app.pipeline import keypool, upstream
 from app.pipeline.backoff import get_backoff
 from app.pipeline.interrupt import Interrupted
@@ -53,14 +55,18 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
         raise NoKeyAvailable(message=f"policy {policy.name!r} has no usable key for host "
                              f"{plan.route.binding.host.name!r} (none in its pool, or every breaker is open)")
     last, last_status = "no key was tried", None
+    tracing = get_tracing(runtime)
     for candidate in candidates:
         if candidate.probe and not _claim_probe(runtime, plan, candidate):
             continue
         recorder.attempts += 1
-        response = _send(runtime, call, plan, candidate.key)
-        if response is not None and not is_retryable(response.status_code):
-            recorder.key_used(candidate)
-            return _answer(call, plan, recorder, response)
+        with tracing.span("relay.attempt", {"relay.attempt": recorder.attempts, "relay.key.id": str(candidate.key.id),
+                                            "relay.key.probe": candidate.probe}) as span:
+            response = _send(runtime, call, plan, candidate.key)
+            if response is not None and not is_retryable(response.status_code):
+                recorder.key_used(candidate)
+                return _answer(call, plan, recorder, response)
+            tracing.failed(span, str(response.status_code) if response is not None else "upstream_unreachable")
         recorder.key_failed(candidate.key)
         last = f"upstream status {response.status_code}" if response is not None else "connection failed or timed out"
         last_status = response.status_code if response is not None else None
@@ -88,10 +94,6 @@ def _send(runtime: Runtime, call: InferenceCall, plan: Plan, key: HostKey) -> up
     backoff = get_backoff(runtime) if call.source == "batch" else None
     if backoff is not None:
         backoff.wait_turn(key.id, call.deadline, call.interrupter.wait if call.interrupter else time.sleep)
-    secret = key.secret()
-    url = plan.route.binding.host.base_url.rstrip("/") + plan.path
-    headers = {"content-type": "application/json", "accept": "text/event-stream" if plan.stream else "application/json",
-               "user-agent": "relay/1.0", **plan.adapter.auth_headers(secret)}
     read_timeout = settings.upstream_read_timeout_s
     if call.deadline is not None:
         read_timeout = min(read_timeout, max(0.01, call.deadline - time.monotonic()))
@@ -100,18 +102,51 @@ def _send(runtime: Runtime, call: InferenceCall, plan: Plan, key: HostKey) -> up
     started = time.monotonic()
     host = plan.route.binding.host.name
     call.sent = True
-    try:
-        with upstream.interruptible(call.interrupter):
-            response = upstream.post(url, headers=headers, body=plan.body, stream=True,
-                                     timeout=(settings.upstream_connect_timeout_s, read_timeout))
-    except upstream.UpstreamIOError:
-        observe_upstream(host, "error", time.monotonic() - started)
-        _raise_if_stopped(call)
-        return None
+    tracing = get_tracing(runtime)
+    named = tracing.enabled  # the span's name and attributes are worked out only when tracing is on
+    with tracing.span(_client_span_name(plan) if named else "", _client_attributes(plan) if named else None,
+                      kind="client") as span:
+        headers = _headers(plan, key)
+        tracing.inject(headers)  # the upstream's parent: this attempt's client span
+        try:
+            with upstream.interruptible(call.interrupter):
+                response = upstream.post(plan.route.binding.host.base_url.rstrip("/") + plan.path, headers=headers,
+                                         body=plan.body, stream=True,
+                                         timeout=(settings.upstream_connect_timeout_s, read_timeout))
+        except upstream.UpstreamIOError:
+            observe_upstream(host, "error", time.monotonic() - started)
+            tracing.failed(span, "upstream_unreachable")
+            _raise_if_stopped(call)
+            return None
+        span.set_attribute("http.response.status_code", response.status_code)
     observe_upstream(host, response.status_code, time.monotonic() - started)
     if backoff is not None:
         backoff.observe(key.id, response.status_code, response.headers)
     return response
+
+
+def _headers(plan: Plan, key: HostKey) -> dict[str, str]:
+    return {"content-type": "application/json", "accept": "text/event-stream" if plan.stream else "application/json",
+            "user-agent": "relay/1.0", **plan.adapter.auth_headers(key.secret())}
+
+
+def provider_name(shape: str) -> str:
+    """gen_ai.provider.name of an adapter's wire shape."""
+    return "anthropic" if shape == "anthropic" else "openai"
+
+
+def _client_span_name(plan: Plan) -> str:
+    return f"{'embeddings' if plan.adapter.shape == 'embeddings' else 'chat'} {plan.route.binding.upstream_model}"
+
+
+def _client_attributes(plan: Plan) -> dict[str, str | int]:
+    """The upstream call's attributes (GenAI and HTTP client conventions): never its URL's path or credentials."""
+    parts = urlsplit(plan.route.binding.host.base_url)
+    return {"gen_ai.operation.name": "embeddings" if plan.adapter.shape == "embeddings" else "chat",
+            "gen_ai.provider.name": provider_name(plan.adapter.shape),
+            "gen_ai.request.model": plan.route.binding.upstream_model, "http.request.method": "POST",
+            "server.address": parts.hostname or "",
+            "server.port": parts.port or (443 if parts.scheme == "https" else 80)}
 
 
 def _raise_if_stopped(call: InferenceCall) -> None:

@@ -17,6 +17,7 @@ from adapters.base import Usage
 from app.catalog.model import HostKey, Policy
 from app.db import Statement, autocommit
 from app.errors import RelayError
+from app.observability.tracing import get_tracing
 from app.pipeline import keypool, ratelimit
 from app.pipeline.keyhealth import get_key_health
 from app.pipeline.payload_log import PayloadLog, payload_log_statement
@@ -52,6 +53,7 @@ class Recorder:
         self.failed: list[HostKey] = []
         self.unwritten: list[Statement] = []  # breaker writes of a live call that could not be made at once
         self.recorded = False
+        self.trace_context = get_tracing(runtime).current_context()  # a stream's usage is written after its call
 
     def key_used(self, candidate: keypool.Candidate) -> None:
         self.used = candidate
@@ -106,17 +108,21 @@ class Recorder:
         left on the call for the batch item's final commit (record_later). COUNTED is false when USAGE is not the
         call's whole usage (a stream that ended before its usage came): the cost is then null, not a guess."""
         self.recorded = True
-        get_limiter(self.runtime).settle(self.reservation, usage.total)
-        event = self._event(status, error_code, usage, upstream_status, streamed, counted)
-        extra = self._statements(usage, payload)
-        try:
-            if self.call.record_later:
-                self.call.pending = UsageRecord(event, tuple(extra))
-            else:
-                usage_writer(self.runtime).record(UsageRecord(event, tuple(extra)))
-        finally:
-            if self.call.interrupter is not None and not streamed:
-                self.call.interrupter.release()
+        attributes = {"gen_ai.usage.input_tokens": usage.input_tokens,
+                      "gen_ai.usage.output_tokens": usage.output_tokens, "relay.status": status,
+                      "relay.usage.deferred": self.call.record_later}
+        with get_tracing(self.runtime).span("relay.usage", attributes, parent=self.trace_context):
+            get_limiter(self.runtime).settle(self.reservation, usage.total)
+            event = self._event(status, error_code, usage, upstream_status, streamed, counted)
+            extra = self._statements(usage, payload)
+            try:
+                if self.call.record_later:
+                    self.call.pending = UsageRecord(event, tuple(extra))
+                else:
+                    usage_writer(self.runtime).record(UsageRecord(event, tuple(extra)))
+            finally:
+                if self.call.interrupter is not None and not streamed:
+                    self.call.interrupter.release()
 
     def _statements(self, usage: Usage, payload: tuple[Any, bytes] | None) -> list[Statement]:
         """The side writes of this call (each key appears once: it is either the used one or failed once)."""

@@ -196,3 +196,10 @@ def pending_stats(conn: Conn) -> Row:
                        " AS oldest_s FROM webhook_deliveries WHERE state = 'pending'").fetchone()
     assert row is not None
     return row  # type: ignore[no-any-return]
+
+
+def batch_trace_context(conn: Conn, delivery_id: UUID) -> str | None:
+    """The traceparent of the submit of the batch whose event DELIVERY_ID delivers (None: untraced, or deleted)."""
+    row = conn.execute("SELECT b.trace_context FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id"
+                       " JOIN batches b ON b.id = e.batch_id WHERE d.id = %s", (delivery_id,)).fetchone()
+    return row["trace_context"] if row else None

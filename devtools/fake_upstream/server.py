@@ -44,7 +44,8 @@ def parse_body(raw: bytes) -> tuple[Any, UpstreamError | None]:
 
 
 def describe_call(request: web.Request, key: str | None, body: Any) -> dict[str, Any]:
-    """The fields of the call's record: path, key, model, stream flag, all headers and the body."""
+    """The fields of the call's record: path, key, model, stream flag, all headers, the body and the caller's
+    `traceparent`."""
     headers: dict[str, str] = {}
     for name, value in request.headers.items():
         name = name.lower()
@@ -55,7 +56,7 @@ def describe_call(request: web.Request, key: str | None, body: Any) -> dict[str,
     return {"method": request.method, "path": request.path, "query": request.query_string,
             "peer": f"{peer[0]}:{peer[1]}" if peer else "", "key": key,
             "model": model if isinstance(model, str) else None, "stream": fields.get("stream") is True,
-            "headers": headers, "body": body}
+            "headers": headers, "body": body, "traceparent": headers.get("traceparent")}
 
 
 async def wait_forever() -> None:

@@ -32,6 +32,7 @@ class CallRecord:
     stream: bool
     headers: dict[str, str]
     body: Any
+    traceparent: str | None = None  # the W3C trace context the caller sent (Relay: its attempt's client span)
     status: int | None = None
     outcome: str = "in_flight"
     started: float = field(default_factory=monotonic, repr=False)
