@@ -18,7 +18,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from uuid import UUID
@@ -60,17 +60,20 @@ _INDEXES = 64  # request-file indexes kept per process (a 100,000-item batch's i
 _DELETE_MAX = 1000  # keys per DeleteObjects call (S3's limit)
 
 
-def s3_client(settings: Settings) -> Any:
+def s3_client(settings: Settings, credentials: Mapping[str, str] | None = None) -> Any:
     """A boto3 S3 client for SETTINGS (thread-safe; one per process). Checksums only when an operation requires
-    them, as S3-compatible servers other than AWS expect; path-style addressing for an endpoint URL."""
+    them, as S3-compatible servers other than AWS expect; path-style addressing for an endpoint URL. Credentials:
+    CREDENTIALS' AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the AWS SDK's usual chain (the environment, ...)."""
     import boto3
     from botocore.config import Config
 
     config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required",
                     retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60,
                     max_pool_connections=64, s3={"addressing_style": "path"} if settings.s3_endpoint_url else None)
+    keys = {} if credentials is None else {"aws_access_key_id": credentials["AWS_ACCESS_KEY_ID"],
+                                           "aws_secret_access_key": credentials["AWS_SECRET_ACCESS_KEY"]}
     return boto3.session.Session().client("s3", endpoint_url=settings.s3_endpoint_url or None,
-                                          region_name=settings.s3_region, config=config)
+                                          region_name=settings.s3_region, config=config, **keys)
 
 
 def _failures() -> tuple[type[Exception], ...]:
