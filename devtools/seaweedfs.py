@@ -10,7 +10,8 @@ chosen: a block of consecutive ports at a random base, outside Linux's ephemeral
 hands them out to outgoing connections). A taken port fails loudly: `weed` exits at once with "bind: address
 already in use" when any of its listeners cannot bind, and `start()` then tries a new block (ATTEMPTS times). It
 counts as up only once its banner says every component runs, its process is still alive, and the S3 port answers
-with the bucket made for this server (an object written and read back), so a port another program holds is never mistaken for it.
+with the bucket made for this server (an object written and read back), so a port another program holds is never
+mistaken for it.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class SeaweedFS:
             if client.get_object(Bucket=self.bucket, Key=PROBE)["Body"].read() != b"ok":
                 return False
             client.delete_object(Bucket=self.bucket, Key=PROBE)
-        except Exception:  # noqa: BLE001 - not up yet (or not this server): asked again
+        except Exception:  # not up yet (or not this server): asked again
             return False
         return True
 

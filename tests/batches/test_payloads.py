@@ -15,8 +15,7 @@ import pytest
 
 import app.payloads as payloads_module
 from app import payload_files
-from app.payloads import FolderStore
-from app.payloads import PayloadMissing, PayloadStoreUnavailable, ResponseRef
+from app.payloads import FolderStore, PayloadMissing, PayloadStoreUnavailable, ResponseRef
 
 
 @pytest.fixture()
