@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -58,6 +59,7 @@ REQUESTS = "requests.bin"
 FILES = "files/"
 _INDEXES = 64  # request-file indexes kept per process (a 100,000-item batch's is 800 kB)
 _DELETE_MAX = 1000  # keys per DeleteObjects call (S3's limit)
+READ_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between reads of a request while the store is unreachable
 
 
 def s3_client(settings: Settings, credentials: Mapping[str, str] | None = None) -> Any:
@@ -82,6 +84,12 @@ def _failures() -> tuple[type[Exception], ...]:
     from botocore.exceptions import BotoCoreError, ClientError
 
     return BotoCoreError, ClientError, Boto3Error, OSError
+
+
+def _passing(exc: Exception) -> bool:
+    """Whether a failed call may succeed if tried again: the store unreachable or answering 5xx (not a 4xx)."""
+    status = _status(exc)
+    return status >= 500 or (status == 0 and not isinstance(exc, IncompleteFile))
 
 
 def _status(exc: Exception) -> int:
@@ -135,10 +143,14 @@ class S3Store:
             raise PayloadMissing(f"item {idx} is not in the request file ({len(offsets) - 1} items)")
         if offsets[idx + 1] == offsets[idx]:
             return b""
-        try:
-            return self._get(self.key(batch_id, REQUESTS), offsets[idx], offsets[idx + 1] - offsets[idx])
-        except self.failures as exc:
-            raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
+        for wait in (*READ_RETRIES_S, None):  # an item waits out a short outage rather than fail at once
+            try:
+                return self._get(self.key(batch_id, REQUESTS), offsets[idx], offsets[idx + 1] - offsets[idx])
+            except self.failures as exc:
+                if wait is None or not _passing(exc):
+                    raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
+                time.sleep(wait)
+        raise AssertionError("unreachable")
 
     def _index(self, batch_id: UUID) -> array[int]:
         """The batch's request-file offsets (two range reads the first time, then from memory)."""

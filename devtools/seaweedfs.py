@@ -2,7 +2,8 @@
 
 `weed mini` starts a master, a volume server, a filer, the S3 gateway and an admin server in one process. It is
 always started with `-ip=127.0.0.1 -ip.bind=127.0.0.1` (by default it binds every address of the machine) and
-`-master.telemetry=false` (by default it reports to a public host), the WebDAV, Iceberg and Lance servers off, and
+`-master.telemetry=false` (by default it reports to a public host), the WebDAV, Iceberg and Lance servers off, no
+bucket made by an upload (as on AWS, a missing bucket is refused), and
 every port it listens on given explicitly.
 
 Ports: `weed` cannot be told to bind port 0 (each server advertises its port to the others), so the ports are
@@ -112,7 +113,8 @@ class SeaweedFS:
                  "filer.port.public": b + 12, "metricsPort": b + 13}
         return [str(WEED), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 "-master.telemetry=false", "-metricsIp=127.0.0.1", "-admin.ui=false", "-webdav=false",
-                "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={self._identities()}",
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
+                f"-s3.config={self._identities()}",
                 f"-bucket={self.bucket}", *(f"-{name}={port}" for name, port in ports.items())]
 
     def _identities(self) -> Path:
