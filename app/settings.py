@@ -104,11 +104,7 @@ class Settings:
             raise SettingsError("RELAY_API_CONNECTIONS_PER_ADDRESS must be -1 (half of --connections), 0 (no cap)"
                                 " or a number of connections")
         _file_mode(self.batch_payload_mode)
-        if self.payload_backend not in PAYLOAD_BACKENDS:
-            raise SettingsError(f"RELAY_PAYLOAD_BACKEND must be {' or '.join(PAYLOAD_BACKENDS)},"
-                                f" got {self.payload_backend!r}")
-        if self.payload_backend == "s3" and not self.s3_bucket:
-            raise SettingsError("RELAY_S3_BUCKET is required when RELAY_PAYLOAD_BACKEND is s3")
+        self._validate_payload_backend()
         if self.webhook_retry_max_s < self.webhook_retry_min_s:
             raise SettingsError("RELAY_WEBHOOK_RETRY_MAX_S must be at least RELAY_WEBHOOK_RETRY_MIN_S")
         from app.webhooks.destinations import HostRules
@@ -118,6 +114,15 @@ class Settings:
                 HostRules.parse(getattr(self, name), networks_only=networks_only)
             except ValueError as exc:
                 raise SettingsError(f"RELAY_{name.upper()}: {exc}") from None
+
+    def _validate_payload_backend(self) -> None:
+        if self.payload_backend not in PAYLOAD_BACKENDS:
+            raise SettingsError(f"RELAY_PAYLOAD_BACKEND must be {' or '.join(PAYLOAD_BACKENDS)},"
+                                f" got {self.payload_backend!r}")
+        if self.payload_backend == "s3" and not self.s3_bucket:
+            raise SettingsError("RELAY_S3_BUCKET is required when RELAY_PAYLOAD_BACKEND is s3")
+        if self.s3_endpoint_url and not self.s3_endpoint_url.startswith(("http://", "https://")):
+            raise SettingsError("RELAY_S3_ENDPOINT_URL must be an http:// or https:// URL")
 
     @property
     def broker_urls(self) -> tuple[str, ...]:
