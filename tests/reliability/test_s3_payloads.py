@@ -160,3 +160,25 @@ def test_replicas_sharing_only_the_services_and_the_bucket_complete_every_item(
         assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(f"c{i}" for i in range(200))
     for folder in tmp_path.iterdir():  # nothing kept on a replica's own disk: staging only, and it is empty
         assert [p for p in folder.rglob("*") if p.is_file()] == [], folder
+
+
+def test_results_stream_in_order_and_are_cut_visibly_when_the_batch_is_deleted_meanwhile(
+        on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    stack = on_s3
+    key = stack.new_key("disk")
+    stack.start_worker(threads=16)
+    batch_id = stack.submit(key, "s3-cut", 2100)  # two pages of results (2,000 items each)
+    stack.wait_finished(key, batch_id, timeout=180)
+    whole = stack.call(key, "GET", f"/v1/batches/{batch_id}/results", query_string={"format": "jsonl"})
+    lines = [json.loads(line) for line in whole.get_data().splitlines()]
+    assert [line["idx"] for line in lines] == list(range(2100))
+    assert all(line["response"]["object"] == "chat.completion" for line in lines)
+
+    streamed = stack.call(key, "GET", f"/v1/batches/{batch_id}/results", query_string={"format": "jsonl"},
+                          buffered=False)
+    chunks = iter(streamed.response)
+    first = b"".join(next(chunks) for _ in range(2))  # the opening and the first page, read before the delete
+    assert stack.call(key, "DELETE", f"/v1/batches/{batch_id}").status_code == 200
+    assert _keys(seaweedfs, batch_id) == []
+    *kept, last = (first + b"".join(chunks)).rstrip(b"\n").split(b"\n")
+    assert 0 < len(kept) < 2100 and json.loads(last)["error"]["code"] == "results_incomplete"
