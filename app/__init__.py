@@ -17,6 +17,7 @@ from app.api.docs_assets import blp as docs_blueprint
 from app.api.openapi import build_api
 from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTimeout, from_http_exception
 from app.observability.metrics import install_request_metrics
+from app.payload_backends import payload_store
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     runtime = runtime or Runtime.build(settings)
     app.extensions["relay"] = runtime
+    payload_store(runtime)  # made now, not on a request: an S3 client takes about half a second to build
     api = build_api(app)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)

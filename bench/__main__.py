@@ -7,7 +7,8 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only drain,live     # a subset
     .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
 
-Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks. It uses
+Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, objectstore,
+webhooks. It uses
 its own database and RabbitMQ vhost (`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy: compare
 ratios, not single times.
 """
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import batches, fairness, live, pacing, peers, reads, slow_clients, storage, webhooks
+from bench import batches, fairness, live, objectstore, pacing, peers, reads, slow_clients, storage, webhooks
 from bench.env import BenchEnv
 from bench.report import Results
 from bench.sizes import FULL, QUICK, Sizes
@@ -39,6 +40,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fairshare": fairness.fair_share,
     "pacing": pacing.pacing,
     "files": storage.files,
+    "objectstore": objectstore.object_store,
     "webhooks": webhooks.webhooks,
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
