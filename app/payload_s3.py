@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from app.payload_files import (
@@ -59,6 +59,7 @@ REQUESTS = "requests.bin"
 FILES = "files/"
 _INDEXES = 64  # request-file indexes kept per process (a 100,000-item batch's is 800 kB)
 _DELETE_MAX = 1000  # keys per DeleteObjects call (S3's limit)
+T = TypeVar("T")
 READ_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between reads of a request while the store is unreachable
 
 
@@ -143,14 +144,23 @@ class S3Store:
             raise PayloadMissing(f"item {idx} is not in the request file ({len(offsets) - 1} items)")
         if offsets[idx + 1] == offsets[idx]:
             return b""
-        for wait in (*READ_RETRIES_S, None):  # an item waits out a short outage rather than fail at once
+        try:
+            return self._patiently(lambda: self._get(self.key(batch_id, REQUESTS), offsets[idx],
+                                                     offsets[idx + 1] - offsets[idx]))
+        except self.failures as exc:
+            raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
+
+    def _patiently(self, read: Callable[[], T]) -> T:
+        """READ, tried again while the store is unreachable or failing (READ_RETRIES_S): an item waits out a short
+        outage rather than fail at once."""
+        for wait in READ_RETRIES_S:
             try:
-                return self._get(self.key(batch_id, REQUESTS), offsets[idx], offsets[idx + 1] - offsets[idx])
+                return read()
             except self.failures as exc:
-                if wait is None or not _passing(exc):
-                    raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
+                if not _passing(exc):
+                    raise
                 time.sleep(wait)
-        raise AssertionError("unreachable")
+        return read()
 
     def _index(self, batch_id: UUID) -> array[int]:
         """The batch's request-file offsets (two range reads the first time, then from memory)."""
@@ -161,10 +171,11 @@ class S3Store:
                 return found
         key = self.key(batch_id, REQUESTS)
         try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=-{TRAILER_SIZE}")
+            answer = self._patiently(lambda: self.client.get_object(Bucket=self.bucket, Key=key,
+                                                                    Range=f"bytes=-{TRAILER_SIZE}"))
             size = int(answer["ContentRange"].rsplit("/", 1)[1])
             index: RequestIndex = parse_trailer(answer["Body"].read(), size)
-            offsets = parse_offsets(self._get(key, index.index_at, 8 * (index.count + 1)))
+            offsets = parse_offsets(self._patiently(lambda: self._get(key, index.index_at, 8 * (index.count + 1))))
         except (IncompleteFile, KeyError, ValueError) as exc:
             raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
         except self.failures as exc:

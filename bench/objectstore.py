@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from uuid import UUID
 
+from app.payload_s3 import S3Store
 from bench.env import BenchEnv, batch_body
 from bench.report import Results
 from bench.sizes import Sizes
@@ -50,8 +52,7 @@ def _run(env: BenchEnv, sizes: Sizes, server: SeaweedFS, backend: str) -> dict[s
     objects = len(_keys(server, batch_id)) if backend == "s3" else 0
     env.forget_batch(batch_id)
     if backend == "s3":
-        server.client().delete_objects(Bucket=server.bucket, Delete={"Objects": [
-            {"Key": key} for key in _keys(server, batch_id)], "Quiet": True})
+        S3Store(server.client(), server.bucket, "", env.work / "s3-staging", mode=0o600).remove_batch(UUID(batch_id))
     return {"accept_s": accept_s, "drain_per_s": drain_per_s, "results_per_s": streamed_per_s, "objects": objects}
 
 
