@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -60,6 +61,7 @@ FILES = "files/"
 _INDEXES = 64  # request-file indexes kept per process (a 100,000-item batch's is 800 kB)
 _DELETE_MAX = 1000  # keys per DeleteObjects call (S3's limit)
 T = TypeVar("T")
+READ_PARALLEL = 16  # ranged GETs a results read has in flight at once
 READ_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between reads of a request while the store is unreachable
 
 
@@ -118,6 +120,8 @@ class S3Store:
         self._generation = 0
         self._pid, self._token = os.getpid(), process_token()
         self._indexes: OrderedDict[UUID, array[int]] = OrderedDict()
+        self._readers: ThreadPoolExecutor | None = None
+        self._readers_pid = 0
 
     def key(self, batch_id: UUID, name: str) -> str:
         return f"{self.prefix}{batch_id}/{name}"
@@ -239,22 +243,32 @@ class S3Store:
             return None
 
     def read_responses(self, batch_id: UUID, items: Sequence[Wanted]) -> Found:
-        """read_response of many ITEMS: one ranged GET per span of an object (app/payload_port.spans)."""
+        """read_response of many ITEMS: one ranged GET per span of an object (app/payload_port.spans), up to
+        READ_PARALLEL of them at once (a batch's responses are many small objects: one per group commit)."""
         found: Found = [None] * len(items)
         grouped, _ = by_segment(items)
-        for segment, ranges in grouped.items():
-            if not SEGMENT_NAME.fullmatch(segment):
-                continue
-            for start, end, span in spans(ranges):
-                if end == start:
-                    slice_span(b"", start, span, found)
-                    continue
-                try:
-                    data = self._get(self.key(batch_id, segment), start, end - start)
-                except self.failures:
-                    continue
+        reads = [(self.key(batch_id, segment), start, end, span) for segment, ranges in grouped.items()
+                 if SEGMENT_NAME.fullmatch(segment) for start, end, span in spans(ranges)]
+        for (_, start, _, span), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
+            if data is not None:
                 slice_span(data, start, span, found)
         return found
+
+    def _get_span(self, read: tuple[str, int, int, Any]) -> bytes | None:
+        key, start, end, _ = read
+        if end == start:
+            return b""
+        try:
+            return self._get(key, start, end - start)
+        except self.failures:
+            return None
+
+    def _reader(self) -> ThreadPoolExecutor:
+        """This process's pool of result readers (made again in a forked child)."""
+        with self._lock:
+            if self._readers is None or self._readers_pid != os.getpid():
+                self._readers, self._readers_pid = ThreadPoolExecutor(READ_PARALLEL, "relay-s3-read"), os.getpid()
+            return self._readers
 
     def _get(self, key: str, offset: int, length: int) -> bytes:
         answer = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
@@ -303,6 +317,9 @@ class S3Store:
             self.sync()
         except PayloadStoreUnavailable:
             pass
+        if self._readers is not None and self._readers_pid == os.getpid():
+            self._readers.shutdown(wait=False)
+            self._readers = None
 
     def staged_file(self) -> IO[bytes]:
         """A new anonymous file in the local staging folder, open for writing and reading."""
