@@ -106,7 +106,9 @@ def test_the_object_store_stopped_mid_drain_loses_nothing_and_runs_nothing_twice
     assert final_during < ITEMS  # the outage really happened mid-drain
     states, codes = accounting.states(), accounting.error_codes()
     assert set(states) <= {"completed", "discarded"} and states["completed"] >= completed
-    assert set(codes) <= {"payload_store_unavailable", "load_input_failed"}, codes  # recorded, never silent
+    # recorded, never silent: an answer not kept, a request not read, or a request waited for past the item's
+    # time limit (10 s on these workers)
+    assert set(codes) <= {"payload_store_unavailable", "load_input_failed", "time_limit_exceeded"}, codes
     print(f"outage: {dict(states)} {dict(codes)}")
 
 
