@@ -19,6 +19,7 @@ from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTi
 from app.observability.metrics import install_request_metrics
 from app.observability.request_tracing import install_request_tracing
 from app.observability.tracing import get_tracing
+from app.payload_backends import payload_store
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     runtime = runtime or Runtime.build(settings)
     app.extensions["relay"] = runtime
+    payload_store(runtime)  # made now, not on a request: an S3 client takes about half a second to build
     api = build_api(app)
     app.extensions["relay_api"] = api
     _register_blueprints(api, runtime)

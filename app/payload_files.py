@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 MAGIC = b"RLYREQ01"
 _TRAILER = struct.Struct("<Q8s")
+TRAILER_SIZE = _TRAILER.size
 _SPAN = struct.Struct("<QQ")
 _GATHER = min(1024, os.sysconf("SC_IOV_MAX"))  # request bodies per gathered write (the system's limit: 1024 on Linux)
 SYNC_FAILURE_HOLD_S = 60.0  # how long a failed segment sync keeps failing every sync() of the process
@@ -82,13 +83,28 @@ class RequestIndex:
 def read_request_index(fd: int) -> RequestIndex:
     """Check the trailer of an open request file; IncompleteFile when it is not a whole request file."""
     size = os.fstat(fd).st_size
-    if size < _TRAILER.size:
+    if size < TRAILER_SIZE:
         raise IncompleteFile("the request file is incomplete")
-    count, magic = _TRAILER.unpack(pread_exact(fd, _TRAILER.size, size - _TRAILER.size))
+    return parse_trailer(pread_exact(fd, TRAILER_SIZE, size - TRAILER_SIZE), size)
+
+
+def parse_trailer(trailer: bytes, size: int) -> RequestIndex:
+    """The index of a request file of SIZE bytes that ends with TRAILER; IncompleteFile if it is not one."""
+    if len(trailer) != TRAILER_SIZE:
+        raise IncompleteFile("the request file is incomplete")
+    count, magic = _TRAILER.unpack(trailer)
     index_at = size - _TRAILER.size - 8 * (count + 1)
     if magic != MAGIC or index_at < 0:
         raise IncompleteFile("the request file is incomplete")
     return RequestIndex(count, index_at)
+
+
+def parse_offsets(data: bytes) -> array[int]:
+    """A request file's index (its n + 1 offsets) read as numbers."""
+    offsets = array("Q", data)
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    return offsets
 
 
 def read_request_body(fd: int, index: RequestIndex, idx: int) -> bytes:

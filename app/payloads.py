@@ -1,4 +1,4 @@
-"""The batch payload store: a few files per batch under RELAY_BATCH_PAYLOAD_DIR, whatever its size.
+"""The folder payload store: a few files per batch under RELAY_BATCH_PAYLOAD_DIR, whatever its size.
 
 `<dir>/<batch_id>/` holds:
 - `requests.bin`: every item's request body, an offset index and a trailer (format in `app/payload_files.py`).
@@ -16,15 +16,12 @@ search bit wherever it grants reading (0700).
 from __future__ import annotations
 
 import os
-import re
-import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 from uuid import UUID
 
-from app.errors import InsufficientStorage
 from app.payload_files import (
     OpenFiles,
     RequestIndex,
@@ -38,6 +35,19 @@ from app.payload_files import (
     read_request_index,
     write_request_file,
 )
+from app.payload_port import (
+    SEGMENT_NAME,
+    Found,
+    PayloadMissing,
+    PayloadStoreUnavailable,
+    ResponseRef,
+    Wanted,
+    by_segment,
+    process_token,
+    slice_span,
+    spans,
+)
+from app.payload_uploads import FileDisk
 
 if TYPE_CHECKING:
     from app.payload_files import Body
@@ -45,45 +55,21 @@ if TYPE_CHECKING:
 STAGING = ".staging"
 REQUESTS_FILE = "requests.bin"
 DEFAULT_MODE = 0o600
-_SEGMENT_NAME = re.compile(r"responses-[0-9a-f]+-[0-9a-f]+-[0-9]+\.seg")
 _OPEN_FILES = 64  # read descriptors kept open per process (request files and segments)
 _OPEN_SEGMENTS = 32  # segments kept open for appending per process, beyond those not yet synced
-_SPAN_GAP = 64 << 10  # results read a segment in spans joining ranges at most this far apart
-_SPAN_MAX = 8 << 20  # ... and at most this long
+__all__ = ["FolderStore", "PayloadMissing", "PayloadStoreUnavailable", "ResponseRef", "Wanted"]
 
 
-class PayloadStoreUnavailable(InsufficientStorage):
-    """The payload directory cannot be written (missing, read-only, full)."""
-
-    code = "payload_store_unavailable"
-
-
-class PayloadMissing(Exception):
-    """An item's request is not visible to this replica (or cannot be read)."""
-
-
-class ResponseRef(NamedTuple):
-    """Where an item's response is: a segment file in the batch's folder and a byte range in it."""
-
-    segment: str
-    offset: int
-    length: int
-
-
-# An item whose response is wanted: (idx, segment, offset, length); a segment of None means the older layout's
-# file of that idx (or no response).
-Wanted = tuple[int, str | None, int | None, int | None]
-
-
-class PayloadStore:
-    """Reads and writes a process's batch payloads; every method is safe to call from many threads."""
+class FolderStore:
+    """The payload port on a folder (app/payload_port.PayloadStore): the embedded default."""
 
     def __init__(self, root: str | os.PathLike[str], *, mode: int = DEFAULT_MODE) -> None:
         self.root = Path(root)
         self.write_path = WritePath(mode)
+        self.uploads = FileDisk(self.root, mode=mode)
         self._files = OpenFiles(_OPEN_FILES, self._path_of)
         self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
-        self._pid, self._token = os.getpid(), _process_token()
+        self._pid, self._token = os.getpid(), process_token()
 
     def batch_dir(self, batch_id: UUID) -> Path:
         return self.root / str(batch_id)
@@ -129,7 +115,7 @@ class PayloadStore:
         if os.getpid() != self._pid:  # a forked child must not append to its parent's segments
             self._segments = Segments(_OPEN_SEGMENTS, self._open_segment)
             self._files = OpenFiles(_OPEN_FILES, self._path_of)
-            self._pid, self._token = os.getpid(), _process_token()
+            self._pid, self._token = os.getpid(), process_token()
         try:
             name, offset = self._segments.append(batch_id, body)
         except OSError as exc:
@@ -153,18 +139,14 @@ class PayloadStore:
                 return None
         return self._read_range(batch_id, ref)
 
-    def read_responses(self, batch_id: UUID, items: Sequence[Wanted]) -> list[bytes | memoryview | None]:
+    def read_responses(self, batch_id: UUID, items: Sequence[Wanted]) -> Found:
         """read_response for many ITEMS at once, in their order: each segment read in a few large spans."""
-        found: list[bytes | memoryview | None] = [None] * len(items)
-        by_segment: dict[str, list[tuple[int, int, int]]] = {}  # segment → (offset, length, position in ITEMS)
-        for pos, (idx, segment, offset, length) in enumerate(items):
-            if segment is None or offset is None or length is None:
-                found[pos] = self.read_response(batch_id, idx, None)
-            else:
-                by_segment.setdefault(segment, []).append((offset, length, pos))
-        for segment, ranges in by_segment.items():
-            ranges.sort()
-            for start, end, span in _spans(ranges):
+        found: Found = [None] * len(items)
+        grouped, bare = by_segment(items)
+        for pos, idx in bare:
+            found[pos] = self.read_response(batch_id, idx, None)
+        for segment, ranges in grouped.items():
+            for start, end, span in spans(ranges):
                 self._read_span(batch_id, segment, start, end, span, found)
         return found
 
@@ -180,8 +162,9 @@ class PayloadStore:
             shutil.rmtree(path, ignore_errors=True)
         return not any(path.exists() for path in paths)
 
-    def folders(self) -> Iterator[tuple[UUID, Path]]:
-        """Every batch folder, published or staging, by batch id (what `relay batches purge` checks for strays)."""
+    def batches(self) -> Iterator[tuple[UUID, float]]:
+        """Every batch folder, published or staging, by batch id with its modification time (what `relay batches
+        purge` checks for strays)."""
         for parent in (self.root, self.root / STAGING):
             try:
                 entries = list(os.scandir(parent))
@@ -189,8 +172,9 @@ class PayloadStore:
                 continue
             for entry in entries:
                 try:
-                    yield UUID(entry.name), Path(entry.path)
-                except ValueError:
+                    batch_id = UUID(entry.name)
+                    yield batch_id, entry.stat().st_mtime
+                except (ValueError, OSError):
                     continue
 
     def close(self) -> None:
@@ -224,7 +208,7 @@ class PayloadStore:
         return os.path.join(self.root, str(key[0]), key[1])
 
     def _read_range(self, batch_id: UUID, ref: ResponseRef) -> bytes | None:
-        if not _SEGMENT_NAME.fullmatch(ref.segment) or ref.offset < 0 or ref.length < 0:
+        if not SEGMENT_NAME.fullmatch(ref.segment) or ref.offset < 0 or ref.length < 0:
             return None
         for _ in range(2):
             try:
@@ -236,7 +220,7 @@ class PayloadStore:
         return None
 
     def _read_span(self, batch_id: UUID, segment: str, start: int, end: int, span: list[tuple[int, int, int]],
-                   found: list[bytes | memoryview | None]) -> None:
+                   found: Found) -> None:
         """Read START:END of SEGMENT once and slice each (offset, length, position) of SPAN out of it (range by
         range if part of it is not readable)."""
         data = self._read_range(batch_id, ResponseRef(segment, start, end - start))
@@ -244,27 +228,7 @@ class PayloadStore:
             for offset, length, pos in span:
                 found[pos] = self._read_range(batch_id, ResponseRef(segment, offset, length))
             return
-        view = memoryview(data)
-        for offset, length, pos in span:
-            found[pos] = view[offset - start:offset - start + length]
-
-
-def _spans(ranges: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
-    """RANGES (offset, length, position), sorted, grouped into spans worth one read each: (start, end, ranges)."""
-    span: list[tuple[int, int, int]] = []
-    start = end = 0
-    for item in ranges:
-        offset, length = item[0], item[1]
-        if span and (offset - end > _SPAN_GAP or offset + length - start > _SPAN_MAX):
-            yield start, end, span
-            span = []
-        if not span:
-            start = end = offset
-        span.append(item)
-        if offset + length > end:
-            end = offset + length
-    if span:
-        yield start, end, span
+        slice_span(data, start, span, found)
 
 
 def _request_body(fd: int, index: RequestIndex, idx: int) -> bytes:
@@ -280,7 +244,3 @@ def _read_whole(path: Path) -> bytes:
     except OSError as exc:
         raise PayloadMissing(f"{path.name}: {exc.strerror or exc}") from exc
 
-
-def _process_token() -> str:
-    """Names this process's segments: its pid and a random part (pids are reused across restarts and hosts)."""
-    return f"{os.getpid():x}-{secrets.token_hex(4)}"

@@ -9,6 +9,8 @@ from typing import Any
 
 from app.queues import QUEUE_TYPES
 
+PAYLOAD_BACKENDS = ("folder", "s3")
+
 
 class SettingsError(Exception):
     """A required setting is missing or invalid; the message names it."""
@@ -22,6 +24,11 @@ class Settings:
     secret_key: str
     batch_payload_dir: str = "relay-batch-payloads"
     batch_payload_mode: str = "0600"  # octal mode of payload files; folders get the matching search bits
+    payload_backend: str = "folder"  # where payloads are kept: folder (RELAY_BATCH_PAYLOAD_DIR) or s3 (a bucket)
+    s3_endpoint_url: str = ""  # an S3-compatible server's URL; empty: AWS S3 of RELAY_S3_REGION
+    s3_bucket: str = ""
+    s3_prefix: str = ""  # the keys' prefix in the bucket (e.g. relay/)
+    s3_region: str = "us-east-1"
     batch_item_time_limit_s: float = 300.0
     batch_max_items: int = 100_000
     batch_max_bytes: int = 256 * 1024 * 1024
@@ -97,6 +104,7 @@ class Settings:
             raise SettingsError("RELAY_API_CONNECTIONS_PER_ADDRESS must be -1 (half of --connections), 0 (no cap)"
                                 " or a number of connections")
         _file_mode(self.batch_payload_mode)
+        self._validate_payload_backend()
         if self.webhook_retry_max_s < self.webhook_retry_min_s:
             raise SettingsError("RELAY_WEBHOOK_RETRY_MAX_S must be at least RELAY_WEBHOOK_RETRY_MIN_S")
         from app.webhooks.destinations import HostRules
@@ -106,6 +114,15 @@ class Settings:
                 HostRules.parse(getattr(self, name), networks_only=networks_only)
             except ValueError as exc:
                 raise SettingsError(f"RELAY_{name.upper()}: {exc}") from None
+
+    def _validate_payload_backend(self) -> None:
+        if self.payload_backend not in PAYLOAD_BACKENDS:
+            raise SettingsError(f"RELAY_PAYLOAD_BACKEND must be {' or '.join(PAYLOAD_BACKENDS)},"
+                                f" got {self.payload_backend!r}")
+        if self.payload_backend == "s3" and not self.s3_bucket:
+            raise SettingsError("RELAY_S3_BUCKET is required when RELAY_PAYLOAD_BACKEND is s3")
+        if self.s3_endpoint_url and not self.s3_endpoint_url.startswith(("http://", "https://")):
+            raise SettingsError("RELAY_S3_ENDPOINT_URL must be an http:// or https:// URL")
 
     @property
     def broker_urls(self) -> tuple[str, ...]:

@@ -7,9 +7,9 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only drain,live     # a subset
     .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
 
-Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks,
-tracing. It uses its own database and RabbitMQ vhost (`relay_bench`, or --database; dropped at the end). Timings on a
-2-core machine are noisy: compare ratios, not single times.
+Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, objectstore,
+webhooks, tracing. It uses its own database and RabbitMQ vhost (`relay_bench`, or --database; dropped at the end).
+Timings on a 2-core machine are noisy: compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import batches, fairness, live, pacing, peers, reads, slow_clients, storage, tracing, webhooks
+from bench import batches, fairness, live, objectstore, pacing, peers, reads, slow_clients, storage, tracing, webhooks
 from bench.env import BenchEnv
 from bench.report import Results
 from bench.sizes import FULL, QUICK, Sizes
@@ -39,6 +39,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fairshare": fairness.fair_share,
     "pacing": pacing.pacing,
     "files": storage.files,
+    "objectstore": objectstore.object_store,
     "webhooks": webhooks.webhooks,
     "tracing": tracing.tracing,
 }

@@ -8,7 +8,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from app.payloads import PayloadStore
+from app.payloads import FolderStore
 from bench.env import BenchEnv, batch_body
 from bench.reads import RESPONSE
 from bench.report import Results
@@ -40,7 +40,7 @@ def files(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
 
 def payload_cpu_ms(work: Path, bodies: list[bytes]) -> float:
     """CPU milliseconds per item this process spends reading each request and appending and syncing a response."""
-    store = PayloadStore(work / f"payload-cpu-{uuid.uuid4().hex}")
+    store = FolderStore(work / f"payload-cpu-{uuid.uuid4().hex}")
     batch = uuid.uuid4()
     store.write_requests(batch, bodies)
     before = os.times()

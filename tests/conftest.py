@@ -10,6 +10,7 @@ import pytest
 
 from app.runtime import Runtime
 from app.settings import Settings
+from devtools.seaweedfs import SeaweedFS, start_seaweedfs
 from devtools.services import ServiceUrls, ensure_services, fresh_services
 
 TEST_DB = os.environ.get("RELAY_TEST_DB", "relay_test")
@@ -89,3 +90,15 @@ def admin(app, settings):  # type: ignore[no-untyped-def]
         return client.open(path, method=method, headers=headers, **kwargs)
 
     return call
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFS]:
+    """A real S3 server (SeaweedFS on loopback) for the session; its credentials are in the environment the AWS SDK
+    reads, here and in the processes tests start."""
+    server = start_seaweedfs()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in server.credentials().items():
+            patch.setenv(name, value)
+        yield server
+    server.close()

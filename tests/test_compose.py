@@ -31,6 +31,16 @@ def test_api_and_workers_share_the_payload_volume_at_the_configured_dir() -> Non
         assert f"batch-payloads:{target}" in service["volumes"]
 
 
+def test_the_s3_profile_runs_an_object_store_whose_bucket_and_credentials_relay_uses() -> None:
+    seaweedfs, env = COMPOSE["services"]["seaweedfs"], COMPOSE["x-relay-env"]
+    assert seaweedfs["profiles"] == ["s3"] and "-master.telemetry=false" in seaweedfs["command"]
+    assert f"-bucket={env['RELAY_S3_BUCKET'].split(':-')[1].rstrip('}')}" in seaweedfs["command"]
+    assert env["RELAY_S3_ENDPOINT_URL"].endswith("http://seaweedfs:8333}")
+    identities = COMPOSE["configs"]["seaweedfs-s3"]["content"]
+    assert env["AWS_ACCESS_KEY_ID"] in identities and env["AWS_SECRET_ACCESS_KEY"] in identities
+    assert env["RELAY_PAYLOAD_BACKEND"] == "${RELAY_PAYLOAD_BACKEND:-folder}"  # the folder stays the default
+
+
 def test_rabbitmq_exposes_the_management_ui() -> None:
     rabbit = COMPOSE["services"]["rabbitmq"]
     assert "management" in rabbit["image"]

@@ -20,7 +20,7 @@ from app.batches import budget, rerun_store, service, store
 from app.batches.errors import BatchNotFinished, BatchNotFound, InvalidBatch, NothingToRerun
 from app.batches.origin import BatchOrigin, Rerun
 from app.errors import ServiceUnavailable
-from app.payloads import PayloadMissing
+from app.payload_port import PayloadMissing
 from app.runtime import Runtime
 from schemas.batch_ids import parse_batch_id
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from uuid import UUID
 
 from app.batches import store
-from app.batches.service import payload_store
+from app.payload_backends import payload_store
 from app.runtime import Runtime
 
 PURGE_CHUNK = 20  # batches deleted per transaction (their items go with them)
@@ -62,14 +62,8 @@ def _delete_finished(runtime: Runtime, finished_before: datetime, report: PurgeR
 
 
 def _stray_batches(runtime: Runtime, cutoff: float) -> list[UUID]:
-    """Batch ids of payload folders (published or staging) older than CUTOFF that have no batch row."""
-    old: set[UUID] = set()
-    for batch_id, folder in payload_store(runtime).folders():
-        try:
-            if folder.stat().st_mtime < cutoff:
-                old.add(batch_id)
-        except OSError:
-            continue
+    """Batch ids of stored payloads (whole or not) last written before CUTOFF that have no batch row."""
+    old = {batch_id for batch_id, written in payload_store(runtime).batches() if written < cutoff}
     if not old:
         return []
     with runtime.pool.connection() as conn:

@@ -31,7 +31,7 @@ from app.batches.registry import ItemRegistry
 from app.db import autocommit
 from app.errors import RelayError
 from app.observability.metrics import observe_item
-from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable
+from app.payload_port import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
 from app.pipeline.interrupt import Interrupted, Interrupter
 from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
@@ -73,7 +73,7 @@ class WorkerContext:
     def create(cls, runtime: Runtime, worker_id: str, *, payloads: PayloadStore | None = None,
                threads: int = 8) -> WorkerContext:
         """A context with its group writer (syncing PAYLOADS, by default the runtime's store, before each commit)."""
-        from app.batches.service import payload_store
+        from app.payload_backends import payload_store
 
         payloads = payloads or payload_store(runtime)
         writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced,

@@ -29,7 +29,8 @@ from app.blocking import start_off_the_hub
 from app.cursors import decode_cursor, encode_cursor
 from app.errors import DatabaseUnavailable
 from app.observability.tracing import get_tracing
-from app.payloads import PayloadMissing, PayloadStore, ResponseRef
+from app.payload_backends import payload_store
+from app.payload_port import PayloadMissing, ResponseRef
 from app.runtime import Runtime
 from app.usage.queries import cost_usd, known_cost
 from app.webhooks.callbacks import callback_columns
@@ -41,13 +42,6 @@ if TYPE_CHECKING:
     from app.payload_files import Body
 
 RESULTS_CHUNK = 2000
-
-
-def payload_store(runtime: Runtime) -> PayloadStore:
-    """This process's PayloadStore (one per runtime)."""
-    settings = runtime.settings
-    return runtime.service("payloads", lambda: PayloadStore(settings.batch_payload_dir,
-                                                            mode=settings.payload_file_mode))
 
 
 def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,

@@ -13,12 +13,12 @@ from app.batches.service import cut_visibly
 from app.batches.validation import text_problem
 from app.compat.errors import FileNotFound, FileTooLarge, UnsupportedPurpose
 from app.compat.files import store
-from app.compat.files.disk import FileBytesMissing, StagedFile
 from app.compat.files.store import Conn, Row
 from app.compat.openai_view import file_disk, result_lines
 from app.compat.provider import joined
 from app.compat.views import openai_cut_line, openai_file, parse_file_id
 from app.errors import ValidationFailed
+from app.payload_port import FileBytesMissing, StagedFile
 from app.runtime import Runtime
 
 READ_CHUNK = 1 << 20

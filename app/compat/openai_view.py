@@ -16,19 +16,19 @@ from app.batches.origin import Rerun
 from app.compat import provider
 from app.compat.errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
 from app.compat.files import store as files_store
-from app.compat.files.disk import FileBytesMissing, FileDisk
 from app.compat.inputs import from_openai_jsonl
 from app.compat.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
+from app.payload_backends import payload_store
+from app.payload_port import FileBytesMissing, UploadStore
 from app.runtime import Runtime
 from app.webhooks.callbacks import callback_columns
 
 API = "openai"
 
 
-def file_disk(runtime: Runtime) -> FileDisk:
-    """This process's FileDisk (one per runtime)."""
-    settings = runtime.settings
-    return runtime.service("files", lambda: FileDisk(settings.batch_payload_dir, mode=settings.payload_file_mode))
+def file_disk(runtime: Runtime) -> UploadStore:
+    """This process's store of uploads: its payload store's."""
+    return payload_store(runtime).uploads
 
 
 def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: Rerun | None = None) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from marshmallow import ValidationError
 from app.auth_model import Caller
 from app.batches.rerun import RerunPlan
 from app.compat import anthropic_view, openai_files, openai_view
-from app.compat.files.disk import StagedFile
 from app.compat.views import openai_batch_id, parse_batch_id
 from app.errors import ValidationFailed
+from app.payload_port import StagedFile
 from app.runtime import Runtime
 from schemas.compat import OpenAIBatchCreateSchema
 

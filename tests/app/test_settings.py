@@ -110,3 +110,22 @@ def test_the_check_sees_each_way_of_reading_a_variable() -> None:
     source = 'import os\nPORT = "RELAY_X_PORT"\na = os.environ.get("RELAY_A")\nb = os.getenv("RELAY_B")\n' \
              'c = os.environ["RELAY_C"]\nd = os.environ.get(PORT, "")\ne = os.environ.get("HOME")\n'
     assert _relay_reads(ast.parse(source)) == ["RELAY_A", "RELAY_B", "RELAY_C", "RELAY_X_PORT"]
+
+
+@pytest.mark.parametrize(("env", "problem"), [
+    ({"RELAY_PAYLOAD_BACKEND": "nfs"}, "RELAY_PAYLOAD_BACKEND must be folder or s3"),
+    ({"RELAY_PAYLOAD_BACKEND": "s3"}, "RELAY_S3_BUCKET is required"),
+    ({"RELAY_PAYLOAD_BACKEND": "s3", "RELAY_S3_BUCKET": "b", "RELAY_S3_ENDPOINT_URL": "minio:9000"},
+     "RELAY_S3_ENDPOINT_URL must be an http:// or https:// URL"),
+])
+def test_a_payload_backend_that_cannot_work_is_rejected_with_its_name(env: dict[str, str], problem: str) -> None:
+    with pytest.raises(SettingsError, match=problem):
+        Settings.from_env({**BASE, **env})
+
+
+def test_the_folder_is_the_default_payload_backend_and_s3_takes_its_bucket() -> None:
+    assert Settings.from_env(BASE).payload_backend == "folder"
+    s3 = Settings.from_env({**BASE, "RELAY_PAYLOAD_BACKEND": "s3", "RELAY_S3_BUCKET": "b",
+                            "RELAY_S3_ENDPOINT_URL": "http://127.0.0.1:8333", "RELAY_S3_PREFIX": "relay/"})
+    assert (s3.s3_bucket, s3.s3_endpoint_url, s3.s3_prefix, s3.s3_region) == \
+        ("b", "http://127.0.0.1:8333", "relay/", "us-east-1")

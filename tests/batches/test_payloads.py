@@ -15,12 +15,12 @@ import pytest
 
 import app.payloads as payloads_module
 from app import payload_files
-from app.payloads import PayloadMissing, PayloadStore, PayloadStoreUnavailable, ResponseRef
+from app.payloads import FolderStore, PayloadMissing, PayloadStoreUnavailable, ResponseRef
 
 
 @pytest.fixture()
-def store(tmp_path: Path) -> Iterator[PayloadStore]:
-    found = PayloadStore(tmp_path / "payloads")
+def store(tmp_path: Path) -> Iterator[FolderStore]:
+    found = FolderStore(tmp_path / "payloads")
     yield found
     found.close()
 
@@ -34,7 +34,7 @@ def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
-def test_a_batch_of_requests_is_one_file_and_each_item_reads_back_exactly(store: PayloadStore) -> None:
+def test_a_batch_of_requests_is_one_file_and_each_item_reads_back_exactly(store: FolderStore) -> None:
     batch, bodies = uuid4(), _bodies(1000)
     store.write_requests(batch, iter(bodies))
     assert _files(store.root) == [f"{batch}/requests.bin"]
@@ -44,7 +44,7 @@ def test_a_batch_of_requests_is_one_file_and_each_item_reads_back_exactly(store:
             store.read_request(batch, idx)
 
 
-def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: PayloadStore, monkeypatch) -> None:
+def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: FolderStore, monkeypatch) -> None:
     gather = payload_files._GATHER
     bodies = _bodies(2 * gather + 452)  # three gathered writes: a slice of the list each
     writes: list[int] = []
@@ -59,7 +59,7 @@ def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: Paylo
         (store.batch_dir(iterated) / "requests.bin").read_bytes()
 
 
-def test_an_abandoned_write_stops_between_writes_and_leaves_nothing(store: PayloadStore) -> None:
+def test_an_abandoned_write_stops_between_writes_and_leaves_nothing(store: FolderStore) -> None:
     asked = 0
 
     def abandoned() -> bool:
@@ -73,7 +73,7 @@ def test_an_abandoned_write_stops_between_writes_and_leaves_nothing(store: Paylo
     assert asked == 2 and _files(store.root) == [] and not store.batch_dir(batch).exists()
 
 
-def test_files_and_folders_are_private_by_default_whatever_the_umask(store: PayloadStore) -> None:
+def test_files_and_folders_are_private_by_default_whatever_the_umask(store: FolderStore) -> None:
     old = os.umask(0)
     try:
         batch = uuid4()
@@ -88,7 +88,7 @@ def test_files_and_folders_are_private_by_default_whatever_the_umask(store: Payl
 
 
 def test_an_operator_chosen_mode_applies_to_files_and_gives_folders_the_matching_search_bits(tmp_path: Path) -> None:
-    shared = PayloadStore(tmp_path / "shared", mode=0o640)
+    shared = FolderStore(tmp_path / "shared", mode=0o640)
     batch = uuid4()
     shared.write_requests(batch, [b"{}"])
     shared.append_response(batch, 0, b"{}")
@@ -98,7 +98,7 @@ def test_an_operator_chosen_mode_applies_to_files_and_gives_folders_the_matching
     shared.close()
 
 
-def test_a_write_cut_midway_leaves_nothing_visible_and_no_staging_leftover(store: PayloadStore) -> None:
+def test_a_write_cut_midway_leaves_nothing_visible_and_no_staging_leftover(store: FolderStore) -> None:
     def failing() -> Iterator[bytes]:
         yield from _bodies(2000)  # several gathered writes reach the file before the failure
         raise OSError(28, "No space left on device")
@@ -111,7 +111,7 @@ def test_a_write_cut_midway_leaves_nothing_visible_and_no_staging_leftover(store
         store.read_request(batch, 0)
 
 
-def test_a_short_gathered_write_is_finished_from_where_it_stopped(store: PayloadStore, monkeypatch) -> None:
+def test_a_short_gathered_write_is_finished_from_where_it_stopped(store: FolderStore, monkeypatch) -> None:
     real = os.writev
 
     def short(fd: int, buffers: list[bytes]) -> int:
@@ -124,7 +124,7 @@ def test_a_short_gathered_write_is_finished_from_where_it_stopped(store: Payload
     assert [store.read_request(batch, idx) for idx in range(100)] == bodies
 
 
-def test_a_request_file_cut_short_is_missing_rather_than_misread(store: PayloadStore) -> None:
+def test_a_request_file_cut_short_is_missing_rather_than_misread(store: FolderStore) -> None:
     batch = uuid4()
     store.write_requests(batch, _bodies(10))
     path = store.batch_dir(batch) / "requests.bin"
@@ -133,7 +133,7 @@ def test_a_request_file_cut_short_is_missing_rather_than_misread(store: PayloadS
         store.read_request(batch, 0)
 
 
-def test_batches_stored_in_the_older_layout_stay_readable(store: PayloadStore) -> None:
+def test_batches_stored_in_the_older_layout_stay_readable(store: FolderStore) -> None:
     batch = uuid4()
     folder = store.batch_dir(batch)
     folder.mkdir(parents=True)
@@ -146,7 +146,7 @@ def test_batches_stored_in_the_older_layout_stay_readable(store: PayloadStore) -
         store.read_request(batch, 1)
 
 
-def test_responses_appended_by_many_threads_land_in_one_segment_and_read_back_by_ref(store: PayloadStore) -> None:
+def test_responses_appended_by_many_threads_land_in_one_segment_and_read_back_by_ref(store: FolderStore) -> None:
     batch = uuid4()
     store.write_requests(batch, [b"{}"])
     refs: dict[int, ResponseRef] = {}
@@ -168,7 +168,7 @@ def test_responses_appended_by_many_threads_land_in_one_segment_and_read_back_by
     assert all(store.read_response(batch, idx, ref) == b'{"answer":%d}' % idx for idx, ref in refs.items())
 
 
-def test_sync_makes_each_segment_written_to_durable_with_one_fdatasync(store: PayloadStore, monkeypatch) -> None:
+def test_sync_makes_each_segment_written_to_durable_with_one_fdatasync(store: FolderStore, monkeypatch) -> None:
     first, second = uuid4(), uuid4()
     for batch in (first, second):
         store.write_requests(batch, [b"{}"])
@@ -184,7 +184,7 @@ def test_sync_makes_each_segment_written_to_durable_with_one_fdatasync(store: Pa
     assert len(synced) == 2  # nothing new: nothing to sync
 
 
-def test_a_failed_sync_fails_later_syncs_too_and_new_appends_go_to_a_new_segment(store: PayloadStore,
+def test_a_failed_sync_fails_later_syncs_too_and_new_appends_go_to_a_new_segment(store: FolderStore,
                                                                               monkeypatch) -> None:
     batch = uuid4()
     store.write_requests(batch, [b"{}"])
@@ -207,19 +207,19 @@ def test_a_failed_sync_fails_later_syncs_too_and_new_appends_go_to_a_new_segment
     assert store.read_response(batch, 1, after) == b'{"n":1}'
 
 
-def test_appending_for_a_batch_this_replica_cannot_see_raises_unavailable(store: PayloadStore) -> None:
+def test_appending_for_a_batch_this_replica_cannot_see_raises_unavailable(store: FolderStore) -> None:
     with pytest.raises(PayloadStoreUnavailable, match="No such file or directory"):
         store.append_response(uuid4(), 0, b"{}")
     assert not store.root.exists() or _files(store.root) == []  # no folder is made up for it
 
 
-def test_a_response_this_replica_cannot_see_is_none(store: PayloadStore, tmp_path: Path) -> None:
+def test_a_response_this_replica_cannot_see_is_none(store: FolderStore, tmp_path: Path) -> None:
     batch = uuid4()
     store.write_requests(batch, [b"{}"])
     ref = store.append_response(batch, 0, b'{"ok":true}')
     store.sync()
     (tmp_path / "secret.seg").write_bytes(b"secret")
-    elsewhere = PayloadStore(tmp_path / "elsewhere")
+    elsewhere = FolderStore(tmp_path / "elsewhere")
     assert elsewhere.read_response(batch, 0, ref) is None
     for bad in (ResponseRef("../../secret.seg", 0, 6), ResponseRef(ref.segment, ref.offset, ref.length + 1),
                 ResponseRef(ref.segment, -1, 2), ResponseRef("responses-1-2-0.seg", 0, 1)):
@@ -227,10 +227,10 @@ def test_a_response_this_replica_cannot_see_is_none(store: PayloadStore, tmp_pat
     assert store.read_responses(batch, [(0, *ref), (1, ref.segment, 10_000, 5)]) == [b'{"ok":true}', None]
 
 
-def test_bulk_reads_return_what_item_by_item_reads_return(store: PayloadStore) -> None:
+def test_bulk_reads_return_what_item_by_item_reads_return(store: FolderStore) -> None:
     batch = uuid4()
     store.write_requests(batch, [b"{}"])
-    others = [PayloadStore(store.root) for _ in range(2)]  # three processes' segments
+    others = [FolderStore(store.root) for _ in range(2)]  # three processes' segments
     rng = random.Random(7)
     items = []
     for idx in range(3000):
@@ -249,7 +249,7 @@ def test_bulk_reads_return_what_item_by_item_reads_return(store: PayloadStore) -
 
 def test_a_segment_closed_for_room_is_reopened_and_appended_to(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(payloads_module, "_OPEN_SEGMENTS", 1)
-    small = PayloadStore(tmp_path / "small")
+    small = FolderStore(tmp_path / "small")
     first, second = uuid4(), uuid4()
     for batch in (first, second):
         small.write_requests(batch, [b"{}"])
@@ -263,21 +263,21 @@ def test_a_segment_closed_for_room_is_reopened_and_appended_to(tmp_path: Path, m
     small.close()
 
 
-def test_removing_a_batch_removes_its_folder_and_staging_leftover(store: PayloadStore) -> None:
+def test_removing_a_batch_removes_its_folder_and_staging_leftover(store: FolderStore) -> None:
     batch = uuid4()
     store.write_requests(batch, _bodies(3))
     assert store.read_request(batch, 0)  # its descriptor is now cached
     store.append_response(batch, 0, b"{}")
     leftover = store.root / ".staging" / str(batch)
     leftover.mkdir()
-    assert {found for found, _ in store.folders()} == {batch}
+    assert {found for found, _ in store.batches()} == {batch}
     assert store.remove_batch(batch) is True
     assert _files(store.root) == [] and not leftover.exists()
     with pytest.raises(PayloadMissing):
         store.read_request(batch, 0)
 
 
-def test_folders_lists_only_batch_folders(store: PayloadStore) -> None:
+def test_the_batches_listed_are_the_batch_folders_only(store: FolderStore) -> None:
     store.write_requests(UUID(int=1), [b"{}"])
     (store.root / "lost+found").mkdir()
-    assert [found for found, _ in store.folders()] == [UUID(int=1)]
+    assert [found for found, _ in store.batches()] == [UUID(int=1)]

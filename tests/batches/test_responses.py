@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from app import payload_files
-from app.payloads import PayloadStore
+from app.payloads import FolderStore
 from tests.batches.helpers import CHAT, results, run_in_process, submit, usage_events
 
 
@@ -30,14 +30,14 @@ def test_each_completed_item_commits_where_its_response_is_and_results_serve_it(
     assert [offset for _, _, offset, _ in refs] == sorted({offset for _, _, offset, _ in refs})
     served = results(client, key, batch_id)
     assert [r["response"]["object"] for r in served] == ["chat.completion"] * 4
-    segment = PayloadStore(runtime.settings.batch_payload_dir).batch_dir(UUID(batch_id)) / str(refs[0][1])
+    segment = FolderStore(runtime.settings.batch_payload_dir).batch_dir(UUID(batch_id)) / str(refs[0][1])
     assert segment.stat().st_size == sum(length or 0 for _, _, _, length in refs)
 
 
 def test_a_response_that_cannot_be_synced_discards_the_item_and_commits_no_ref(client, key, runtime, tmp_path,
                                                                               monkeypatch) -> None:
     batch_id = str(submit(client, key, [CHAT, CHAT]).json["id"])
-    payloads = PayloadStore(runtime.settings.batch_payload_dir)  # this worker's own store: its failure stays here
+    payloads = FolderStore(runtime.settings.batch_payload_dir)  # this worker's own store: its failure stays here
     real = os.fdatasync
 
     def deferred_enospc(fd: int) -> None:  # as a network file system reports a full disk: at sync time

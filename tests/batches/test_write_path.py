@@ -13,8 +13,8 @@ from uuid import uuid4
 
 import pytest
 
-from app.compat.files.disk import FileDisk
-from app.payloads import PayloadStore
+from app.payload_uploads import FileDisk
+from app.payloads import FolderStore
 
 FILE_MODE, DIR_MODE = 0o640, 0o750
 
@@ -54,7 +54,7 @@ def _assert_written_whole(root: Path, synced: list[Path]) -> None:
 
 def test_a_batchs_request_file_and_response_segment_have_the_mode_in_synced_folders(tmp_path: Path,
                                                                                    synced: list[Path]) -> None:
-    store = PayloadStore(tmp_path / "payloads", mode=FILE_MODE)
+    store = FolderStore(tmp_path / "payloads", mode=FILE_MODE)
     batch = uuid4()
     store.write_requests(batch, [b'{"a":1}', b'{"b":2}'])
     store.append_response(batch, 0, b"{}")

@@ -23,6 +23,9 @@ AUTOSCALING = {"payloads": {"shared": {"enabled": True}},
                "api": {"autoscaling": {"enabled": True}, "podDisruptionBudget": {"enabled": True}},
                "worker": {"autoscaling": {"enabled": True, "maxReplicas": 20},
                           "podDisruptionBudget": {"enabled": True}}}
+S3 = {"payloads": {"s3": {"enabled": True, "bucket": "relay-payloads", "endpointUrl": "http://minio.storage:9000",
+                          "prefix": "prod/", "credentialsSecret": "relay-s3"}},
+      "api": {"replicas": 2}, "worker": {"replicas": 3}}
 EXISTING_SECRET = {"secrets": {"existingSecret": "relay-prod"}}
 CATALOG = {"hosts": [{"name": "openai", "base_url": "https://api.openai.com",
                       "keys": [{"name": "openai-1", "value_env": "OPENAI_API_KEY"}]}],
@@ -48,10 +51,11 @@ def _merge(into: dict[str, Any], layer: dict[str, Any]) -> None:
 
 
 # The value sets the tests render: the defaults (plus the connection secrets they require), a shared RWX
-# volume, autoscaling, an existing Secret, and every optional part on.
+# volume, payloads in a bucket, autoscaling, an existing Secret, and every optional part on.
 VALUE_SETS = {
     "defaults": BASE,
     "shared-rwx": merged(BASE, SHARED),
+    "s3": merged(BASE, S3),
     "autoscaling": merged(BASE, AUTOSCALING),
     "existing-secret": EXISTING_SECRET,
     "everything-on": merged(BASE, EVERYTHING),

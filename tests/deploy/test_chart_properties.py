@@ -15,6 +15,7 @@ from tests.deploy.chart import (
     CATALOG,
     CHART,
     EXISTING_SECRET,
+    S3,
     SECRETS,
     SHARED,
     VALUE_SETS,
@@ -44,6 +45,7 @@ def test_by_default_the_workers_run_beside_the_api_on_storage_local_to_the_pod()
     ({"api": {"replicas": 2}}, True),
     ({"api": {"autoscaling": {"enabled": True}}}, True),
     (SHARED, False),
+    (S3, False),
     (AUTOSCALING, False),
 ])
 def test_notes_warn_exactly_when_more_than_one_pod_would_use_pod_local_storage(values: dict, warned: bool) -> None:
@@ -67,6 +69,41 @@ def test_an_existing_claim_is_mounted_by_both_deployments_and_none_is_created() 
     assert rendered.of_kind("PersistentVolumeClaim") == []
     assert {payload_claim(d) for d in rendered.of_kind("Deployment")} == {"relay-nfs"}
     assert len(rendered.of_kind("Deployment")) == 2
+
+
+def test_with_payloads_in_a_bucket_no_claim_is_used_and_every_container_gets_the_bucket_and_its_credentials() -> None:
+    rendered = render(VALUE_SETS["s3"])
+    api, worker = rendered.named("Deployment", "-api"), rendered.named("Deployment", "-worker")
+    assert [c["name"] for c in pod_spec(api)["containers"]] == ["api"]
+    assert [c["name"] for c in pod_spec(worker)["containers"]] == ["worker"]
+    assert (api["spec"]["replicas"], worker["spec"]["replicas"]) == (2, 3)
+    assert rendered.of_kind("PersistentVolumeClaim") == []
+    assert payload_claim(api) is None and payload_claim(worker) is None  # an emptyDir: staging only
+    for deployment, name in ((api, "api"), (worker, "worker")):
+        env = env_of(container(deployment, name))
+        assert {k: env[k] for k in ("RELAY_PAYLOAD_BACKEND", "RELAY_S3_BUCKET", "RELAY_S3_ENDPOINT_URL",
+                                    "RELAY_S3_PREFIX")} == \
+            {"RELAY_PAYLOAD_BACKEND": "s3", "RELAY_S3_BUCKET": "relay-payloads",
+             "RELAY_S3_ENDPOINT_URL": "http://minio.storage:9000", "RELAY_S3_PREFIX": "prod/"}
+        assert env["AWS_ACCESS_KEY_ID"] == ("secret", "relay-s3", "AWS_ACCESS_KEY_ID")
+        assert env["AWS_SECRET_ACCESS_KEY"] == ("secret", "relay-s3", "AWS_SECRET_ACCESS_KEY")
+    assert "in the bucket relay-payloads" in rendered.notes
+
+
+def test_without_a_credentials_secret_the_sdk_chain_is_left_to_find_them() -> None:
+    rendered = render(merged(BASE, {"payloads": {"s3": {"enabled": True, "bucket": "b"}}}))
+    for deployment in rendered.of_kind("Deployment"):
+        assert not any(k.startswith("AWS_") for c in pod_spec(deployment)["containers"] for k in env_of(c))
+
+
+@pytest.mark.parametrize(("s3", "problem"), [
+    ({"enabled": True}, "needs payloads.s3.bucket"),
+    ({"enabled": True, "bucket": "b", "shared": True}, "choose one"),
+])
+def test_s3_mode_without_a_bucket_or_beside_a_shared_claim_is_refused(s3: dict, problem: str) -> None:
+    shared = {"shared": {"enabled": True}} if s3.pop("shared", False) else {}
+    with pytest.raises(Exception, match=problem):
+        render(merged(BASE, {"payloads": {"s3": s3, **shared}}))
 
 
 @pytest.mark.parametrize("values", [BASE, VALUE_SETS["shared-rwx"]], ids=["workers-in-api-pods", "worker-pods"])

@@ -17,9 +17,9 @@ from app.api.openapi import error_answers
 from app.auth_model import Caller
 from app.compat import openai_files, openai_view
 from app.compat.errors import FileTooLarge, FormTooLarge
-from app.compat.files.disk import FileDisk, StagedFile
 from app.compat.openai_view import file_disk
 from app.errors import RelayError, ValidationFailed
+from app.payload_port import StagedFile, UploadStore
 from schemas.compat import (
     MULTIPART_FILE,
     FileListArgs,
@@ -62,7 +62,7 @@ def upload_file() -> ResponseReturnValue:
     return openai_files.upload(runtime(), caller, staged, filename=filename, purpose=purpose)
 
 
-def _receive_upload(disk: FileDisk, limit: int) -> tuple[StagedFile, str, str]:
+def _receive_upload(disk: UploadStore, limit: int) -> tuple[StagedFile, str, str]:
     """Parse the multipart body, writing its file part straight into the file store's staging folder (no copy
     in memory or in a temporary file); the staged `file` part, its name and the `purpose` field."""
     request.max_content_length = limit + _FORM_OVERHEAD  # werkzeug answers 413 past it, chunked bodies included

@@ -42,9 +42,21 @@ app.kubernetes.io/part-of: relay
 {{- default (printf "%s-payloads" (include "relay.fullname" .)) .Values.payloads.shared.existingClaim -}}
 {{- end -}}
 
-{{/* The component whose pods run the workers: their own Deployment with a shared claim, else the API pods. */}}
+{{/* Whether the workers get a Deployment of their own: every pod sees every payload (a shared claim, a bucket). */}}
+{{- define "relay.separateWorkers" -}}
+{{- if and .Values.payloads.shared.enabled .Values.payloads.s3.enabled -}}
+{{- fail "payloads.shared.enabled and payloads.s3.enabled: choose one (with s3, no claim is needed)" -}}
+{{- end -}}
+{{- if and .Values.payloads.s3.enabled (not .Values.payloads.s3.bucket) -}}
+{{- fail "payloads.s3.enabled needs payloads.s3.bucket" -}}
+{{- end -}}
+{{- if or .Values.payloads.shared.enabled .Values.payloads.s3.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The component whose pods run the workers: their own Deployment when every pod sees every payload, else the
+API pods. */}}
 {{- define "relay.workerComponent" -}}
-{{- if .Values.payloads.shared.enabled -}}worker{{- else -}}api{{- end -}}
+{{- if include "relay.separateWorkers" . -}}worker{{- else -}}api{{- end -}}
 {{- end -}}
 
 {{/* Worker pods get the item time limit plus a margin (>= 40 s) to finish running items after SIGTERM. */}}
@@ -64,6 +76,29 @@ app.kubernetes.io/part-of: relay
 {{- end }}
 - name: RELAY_BATCH_PAYLOAD_DIR
   value: {{ .Values.payloads.mountPath | quote }}
+{{- with .Values.payloads.s3 }}
+{{- if .enabled }}
+- name: RELAY_PAYLOAD_BACKEND
+  value: "s3"
+- name: RELAY_S3_BUCKET
+  value: {{ .bucket | quote }}
+- name: RELAY_S3_ENDPOINT_URL
+  value: {{ .endpointUrl | quote }}
+- name: RELAY_S3_PREFIX
+  value: {{ .prefix | quote }}
+- name: RELAY_S3_REGION
+  value: {{ .region | quote }}
+{{- if .credentialsSecret }}
+{{- range $var := list "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" }}
+- name: {{ $var }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.payloads.s3.credentialsSecret }}
+      key: {{ $var }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 - name: RELAY_BATCH_ITEM_TIME_LIMIT_S
   value: {{ .Values.config.batchItemTimeLimitSeconds | quote }}
 - name: RELAY_QUEUE_NAME

@@ -1,40 +1,20 @@
-"""Uploaded files' bytes: `<RELAY_BATCH_PAYLOAD_DIR>/files/<id>`, written under `files/.staging/` and renamed
-into place once complete and synced, so no reader ever sees half a file; through the payload store's write path
-(app/payload_files.WritePath), so with RELAY_BATCH_PAYLOAD_MODE's modes like every file Relay keeps."""
+"""Uploaded files' bytes on the folder store (the payload port's uploads): `<RELAY_BATCH_PAYLOAD_DIR>/files/<id>`,
+written under `files/.staging/` and renamed into place once complete and synced, so no reader ever sees half a
+file; through the payload store's write path (app/payload_files.WritePath), so with RELAY_BATCH_PAYLOAD_MODE's
+modes like every file Relay keeps."""
 
 from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 from uuid import UUID
 
-from app.errors import InsufficientStorage
 from app.payload_files import WritePath
+from app.payload_port import FileBytesMissing, FileStoreUnavailable, StagedFile
 
-
-class FileStoreUnavailable(InsufficientStorage):
-    """The files directory cannot be written (missing, read-only, full)."""
-
-    code = "payload_store_unavailable"
-
-
-class FileBytesMissing(Exception):
-    """An uploaded file's bytes are not visible to this replica."""
-
-
-@dataclass
-class StagedFile:
-    """A file being received: its open handle and where it lies until published."""
-
-    path: Path
-    handle: IO[bytes]
-
-    def size(self) -> int:
-        self.handle.flush()
-        return os.fstat(self.handle.fileno()).st_size
+__all__ = ["FileBytesMissing", "FileDisk", "FileStoreUnavailable", "StagedFile"]
 
 
 class FileDisk:

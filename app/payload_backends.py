@@ -1,0 +1,24 @@
+"""Which payload backend a process uses: RELAY_PAYLOAD_BACKEND's, built once per process (`Runtime.service`)."""
+
+from __future__ import annotations
+
+from app.payload_port import PayloadStore
+from app.payloads import FolderStore
+from app.runtime import Runtime
+from app.settings import Settings
+
+
+def open_payload_store(settings: Settings) -> PayloadStore:
+    """The folder store under RELAY_BATCH_PAYLOAD_DIR (the default), or the S3 store of RELAY_S3_BUCKET (which
+    stages what it uploads in RELAY_BATCH_PAYLOAD_DIR, this replica's own)."""
+    if settings.payload_backend == "s3":
+        from app.payload_s3 import S3Store, s3_client
+
+        return S3Store(s3_client(settings), settings.s3_bucket, settings.s3_prefix,
+                       f"{settings.batch_payload_dir}/.staging", mode=settings.payload_file_mode)
+    return FolderStore(settings.batch_payload_dir, mode=settings.payload_file_mode)
+
+
+def payload_store(runtime: Runtime) -> PayloadStore:
+    """This process's payload store (one per runtime): batches' requests and responses, and uploads."""
+    return runtime.service("payloads", lambda: open_payload_store(runtime.settings))

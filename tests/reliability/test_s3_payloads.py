@@ -1,0 +1,186 @@
+"""The S3 payload backend's guarantees on a real S3 server (SeaweedFS) and real `relay api` / `relay worker`
+processes: a batch is stored whole or not at all (the object store down or refusing at submit: 507 and nothing in
+Postgres); a response is in the bucket before its item's final state commits, and with the store stopped mid-drain
+and back nothing is lost or run twice, every item that could not be kept recorded as such; delete and purge remove
+the objects; and replicas that share nothing but Postgres, RabbitMQ and the bucket (each its own
+RELAY_BATCH_PAYLOAD_DIR) complete every item, results and output files served by either API."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import requests
+
+from app.batches.retention import purge_batches
+from devtools.fake_upstream.harness import FakeUpstream
+from devtools.seaweedfs import SeaweedFS
+from devtools.services import ServiceUrls
+from devtools.stack import Stack, item_requests, upstream_key
+from tests.batches.provider_helpers import jsonl, wait_openai
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+ITEMS = 600
+
+
+@pytest.fixture(scope="module")
+def s3_stack(services: ServiceUrls, fault_upstream: FakeUpstream, seaweedfs: SeaweedFS,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Relay on its own database and vhost, its payloads in the SeaweedFS bucket."""
+    built = Stack.on_own_services("s3", upstream=fault_upstream, workdir=tmp_path_factory.mktemp("s3-stack"),
+                                  **seaweedfs.settings())
+    yield built
+    built.close()
+
+
+@pytest.fixture()
+def on_s3(s3_stack: Stack, fresh_upstream: FakeUpstream, seaweedfs: SeaweedFS) -> Iterator[Stack]:
+    """The S3 stack for one test; its processes are killed afterwards and the object store is up again."""
+    yield s3_stack
+    s3_stack.stop_processes()
+    if seaweedfs.proc is None:
+        seaweedfs.start()
+
+
+def _keys(server: SeaweedFS, prefix: str = "") -> list[str]:
+    pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=server.bucket, Prefix=prefix)
+    return sorted(entry["Key"] for page in pages for entry in page.get("Contents", ()))
+
+
+def _batch_rows(stack: Stack, key_id: str) -> int:
+    return int(stack.db_one("SELECT count(*) AS n FROM batches WHERE credential_id = %s", key_id)["n"])
+
+
+def _submit(api_url: str, key: str, requests_: list[dict[str, Any]]) -> requests.Response:
+    return requests.post(f"{api_url}/v1/batches", json={"shape": "openai", "requests": requests_}, timeout=120,
+                         headers={"Authorization": f"Bearer {key}"})
+
+
+def test_a_submit_while_the_object_store_is_down_or_refusing_is_507_and_nothing_is_stored(
+        on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    stack = on_s3
+    record = stack.new_key_record("disk")
+    refusing = stack.start_api(s3_bucket="no-such-bucket")
+    res = _submit(refusing.url, record["key"], item_requests("s3-refused", 50))
+    assert res.status_code == 507, res.text
+    assert res.json()["error"]["code"] == "payload_store_unavailable" and "NoSuchBucket" in res.text
+
+    seaweedfs.stop()
+    down = stack.call(record["key"], "POST", "/v1/batches",
+                      json={"shape": "openai", "requests": item_requests("s3-down", 50)})
+    assert down.status_code == 507, down.get_data(as_text=True)
+    assert down.json["error"]["code"] == "payload_store_unavailable"
+    assert _batch_rows(stack, record["id"]) == 0
+    seaweedfs.start()
+
+    batch_id = stack.submit(record["key"], "s3-back", 3)
+    assert _keys(seaweedfs, batch_id) == [f"{batch_id}/requests.bin"]
+    assert _batch_rows(stack, record["id"]) == 1
+
+
+def test_the_object_store_stopped_mid_drain_loses_nothing_and_runs_nothing_twice(
+        on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    stack = on_s3
+    key = stack.new_key("disk")
+    stack.upstream.control(upstream_key("disk"), latency_ms=150)
+    stack.start_worker(threads=8)
+    stack.start_worker(threads=8)
+    batch_id = stack.submit(key, "s3-drain", ITEMS)
+    stack.wait_items(batch_id, ("completed",), 100)
+
+    seaweedfs.stop()
+    completed = stack.count_items(batch_id, "completed")
+    time.sleep(3)  # items wait for their requests; those that ran keep their responses in memory, uploads failing
+    final_during = stack.count_items(batch_id, "completed", "discarded")
+    seaweedfs.start()
+
+    accounting = stack.account(key, batch_id, "s3-drain", ITEMS, timeout=180)  # every completed one readable
+    assert final_during < ITEMS  # the outage really happened mid-drain
+    states, codes = accounting.states(), accounting.error_codes()
+    assert set(states) <= {"completed", "discarded"} and states["completed"] >= completed
+    # recorded, never silent: an answer not kept, a request not read, or a request waited for past the item's
+    # time limit (10 s on these workers)
+    assert set(codes) <= {"payload_store_unavailable", "load_input_failed", "time_limit_exceeded"}, codes
+    print(f"outage: {dict(states)} {dict(codes)}")
+
+
+def test_delete_and_purge_remove_the_batchs_objects(on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    stack = on_s3
+    key = stack.new_key("disk")
+    stack.start_worker(threads=4)
+    deleted, purged = stack.submit(key, "s3-delete", 20), stack.submit(key, "s3-purge", 20)
+    for batch_id in (deleted, purged):
+        stack.wait_finished(key, batch_id)
+        assert len(_keys(seaweedfs, batch_id)) >= 2  # the requests and at least one object of responses
+
+    res = stack.call(key, "DELETE", f"/v1/batches/{deleted}")
+    assert res.status_code == 200, res.get_data(as_text=True)
+    assert _keys(seaweedfs, deleted) == []
+    report = purge_batches(stack.runtime, datetime.now(UTC) + timedelta(seconds=1))
+    assert report.batches >= 1 and report.left_behind == 0
+    assert _keys(seaweedfs, purged) == []
+
+
+def test_replicas_sharing_only_the_services_and_the_bucket_complete_every_item(
+        on_s3: Stack, seaweedfs: SeaweedFS, tmp_path: Path) -> None:
+    stack = on_s3
+    key = stack.new_key("disk")
+    stack.upstream.control(upstream_key("disk"), latency_ms=20)
+    apis = [stack.start_api(batch_payload_dir=tmp_path / f"api-{n}") for n in range(2)]
+    for n in range(2):
+        stack.start_worker(threads=8, batch_payload_dir=tmp_path / f"worker-{n}")
+    native = [_submit(api.url, key, item_requests(f"s3-replica-{n}", 300)) for n, api in enumerate(apis)]
+    assert [res.status_code for res in native] == [202, 202], [res.text for res in native]
+    client = openai.OpenAI(base_url=apis[1].url + "/v1", api_key=key, max_retries=0)
+    lines = [{"custom_id": f"c{i}", "model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{i}"}]}
+             for i in range(200)]
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(lines))), purpose="batch")
+    created = openai.OpenAI(base_url=apis[0].url + "/v1", api_key=key, max_retries=0).batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = wait_openai(client, created.id, timeout=180)
+    assert done.request_counts.completed == 200 and done.request_counts.failed == 0
+
+    for n, res in enumerate(native):
+        accounting = stack.account(key, res.json()["id"], f"s3-replica-{n}", 300)
+        assert accounting.states() == {"completed": 300}  # 0 load-input errors: every replica reads every request
+        for api in apis:
+            results = requests.get(f"{api.url}/v1/batches/{res.json()['id']}/results", timeout=60,
+                                   headers={"Authorization": f"Bearer {key}"}).json()["results"]
+            assert [r["idx"] for r in results] == list(range(300))
+            assert all(r["response"]["object"] == "chat.completion" for r in results)
+    for api in apis:
+        output = openai.OpenAI(base_url=api.url + "/v1", api_key=key, max_retries=0).files.content(
+            done.output_file_id).text.splitlines()
+        assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(f"c{i}" for i in range(200))
+    for folder in tmp_path.iterdir():  # nothing kept on a replica's own disk: staging only, and it is empty
+        assert [p for p in folder.rglob("*") if p.is_file()] == [], folder
+
+
+def test_results_stream_in_order_and_are_cut_visibly_when_the_batch_is_deleted_meanwhile(
+        on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    stack = on_s3
+    key = stack.new_key("disk")
+    stack.start_worker(threads=16)
+    batch_id = stack.submit(key, "s3-cut", 2100)  # two pages of results (2,000 items each)
+    stack.wait_finished(key, batch_id, timeout=180)
+    whole = stack.call(key, "GET", f"/v1/batches/{batch_id}/results", query_string={"format": "jsonl"})
+    lines = [json.loads(line) for line in whole.get_data().splitlines()]
+    assert [line["idx"] for line in lines] == list(range(2100))
+    assert all(line["response"]["object"] == "chat.completion" for line in lines)
+
+    streamed = stack.call(key, "GET", f"/v1/batches/{batch_id}/results", query_string={"format": "jsonl"},
+                          buffered=False)
+    chunks = iter(streamed.response)
+    first = b"".join(next(chunks) for _ in range(2))  # the opening and the first page, read before the delete
+    assert stack.call(key, "DELETE", f"/v1/batches/{batch_id}").status_code == 200
+    assert _keys(seaweedfs, batch_id) == []
+    *kept, last = (first + b"".join(chunks)).rstrip(b"\n").split(b"\n")
+    assert 0 < len(kept) < 2100 and json.loads(last)["error"]["code"] == "results_incomplete"
