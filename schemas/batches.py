@@ -310,6 +310,9 @@ class BatchRerunSchema(Schema):
                        "pairs)"})
     max_cost = max_cost_field("the new batch's spend cap in dollars, null for none (default: the source batch's "
                               "cap); as `max_cost` of a submit", absent_is_none=False)
+    force = fields.Boolean(load_default=False, metadata={
+        "description": "re-run the items even if a re-run of this batch already holds some of them (without it and "
+                       "without an `Idempotency-Key`, that is 409 `rerun_exists` naming the re-run)"})
 
 
 class EstimateProblemSchema(Schema):

@@ -214,5 +214,5 @@ def test_a_rerun_keeps_the_source_batchs_metadata_completion_window_and_cap_unle
     kept = rerun(client, key, done["id"], {"codes": ["all_keys_failed"]}).json
     assert (kept["metadata"], kept["completion_window"], kept["max_cost"]) == ({"run": 1}, "2h", 3)
     assert kept["expires_at"] > done["expires_at"]  # the window runs from the re-run's submit
-    told = rerun(client, key, done["id"], {"metadata": {"run": 2}, "max_cost": None}).json
+    told = rerun(client, key, done["id"], {"metadata": {"run": 2}, "max_cost": None, "force": True}).json
     assert (told["metadata"], told["max_cost"]) == ({"run": 2}, None)
