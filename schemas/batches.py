@@ -53,9 +53,15 @@ def max_cost_field(description: str, *, absent_is_none: bool = True) -> JsonNumb
                       metadata={"description": description}, **extra)
 
 
-MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9, at most 1e9): once the recorded "
-                 "cost of the batch's items reaches it, items not started yet end `discarded` with "
-                 "`budget_exceeded` (running ones finish). Every binding of the models the items name must be priced")
+MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9, at most 1e9). Hard by default: each "
+                 "item's cost bound is reserved before it starts, and an item whose bound does not fit ends "
+                 "`discarded` with `budget_exceeded` unrun, so the recorded cost never passes the cap (see "
+                 "`max_cost_mode`). Every binding of the models the items name must be priced")
+MAX_COST_MODES = ("hard", "soft")
+MAX_COST_MODE_HELP = ("`hard` (the default): the recorded cost never passes `max_cost`; an item without an output "
+                      "bound (no `max_tokens` and no `max_output_tokens` of its model) cannot run under it. `soft`: "
+                      "items start while the recorded cost is below the cap, so items in flight may pass it (by at "
+                      "most their number times their cost); items without a bound run")
 
 
 class BatchEnvelopeSchema(CallbackSchema):
@@ -71,6 +77,8 @@ class BatchEnvelopeSchema(CallbackSchema):
         "description": "a deadline, e.g. `2h`: items not started this long after the submit end `discarded` with"
                        " the code `expired`"})
     max_cost = max_cost_field(MAX_COST_HELP)
+    max_cost_mode = fields.String(load_default=None, validate=validate.OneOf(MAX_COST_MODES),
+                                  metadata={"description": MAX_COST_MODE_HELP})
 
 
 class BatchSubmitSchema(BatchEnvelopeSchema):
@@ -214,6 +222,8 @@ class BatchSummarySchema(Schema):
                        " of the provider APIs)"})
     max_cost = fields.Float(allow_none=True, metadata={
         "description": "the batch's spend cap in dollars (rounded down to a nano-dollar); null: none"})
+    max_cost_mode = fields.String(allow_none=True, validate=validate.OneOf(MAX_COST_MODES), metadata={
+        "description": "how the cap holds (`hard`: never passed; `soft`: items in flight may pass it); null: no cap"})
     rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
     original_id = fields.UUID(allow_none=True, metadata={
         "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import ROUND_FLOOR, Decimal
+from typing import Any
 from uuid import UUID
 
 from app.access.cache import get_catalog
@@ -26,6 +27,11 @@ NANOS_PER_DOLLAR = 10**9
 def to_nanos(dollars: float) -> int:
     """A cap in dollars as whole nano-dollars (rounded down: the cap never grows), from its shortest decimal form."""
     return int((Decimal(repr(float(dollars))) * NANOS_PER_DOLLAR).to_integral_value(ROUND_FLOOR))
+
+
+def cap_mode(row: dict[str, Any]) -> str:
+    """A capped batch's `max_cost_mode`: its own, or `soft` for a batch capped before the hard cap existed."""
+    return row.get("max_cost_mode") or "soft"
 
 
 def to_dollars(nanos: int | None) -> float | None:

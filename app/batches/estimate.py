@@ -23,6 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
@@ -46,6 +47,7 @@ from app.usage.queries import cost_usd
 class _Limits(msgspec.Struct):
     """The members of an item that bound its output (any other member is skipped)."""
 
+    model: Any = None
     max_tokens: Any = None
     max_completion_tokens: Any = None
     max_output_tokens: Any = None
@@ -112,7 +114,7 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
     for body, name in zip(bodies, names, strict=True):
         model = models.get(name)
         if model is None:
-            model = models[name] = _routed(snapshot, caller, shape, name)
+            model = models[name] = _routed(snapshot, caller.policy_id, shape, name)
         model.add(len(body), _output_bound(shape, body, model.default_output))
     found = sorted(models.values(), key=lambda m: m.name)
     bounded = all(m.bounded for m in found)
@@ -164,10 +166,27 @@ def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, float | Non
     return parsed.shape, parsed.options.get("max_cost"), list(parsed.item_bodies()), parsed.models
 
 
-def _routed(snapshot: CatalogSnapshot, caller: Caller, shape: str, name: str) -> _Model:
-    """Where items of model NAME would run now under CALLER's policy, or why they would be discarded unrun."""
+def item_cost_bound(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, body: bytes) -> int | None:
+    """The most one item (its request BODY) can cost under the policy now, in nano-dollars, as the estimate counts
+    it: 0 when it would be discarded unrun or its binding is unpriced (nothing is recorded), None when its output
+    has no bound (no limit of its own, none of its model's)."""
     try:
-        policy = routing.check_policy(snapshot.policies.get(caller.policy_id))
+        name = _LIMITS.decode(body).model
+    except msgspec.DecodeError:
+        return 0  # not a request the pipeline can read: refused before any upstream
+    model = _routed(snapshot, policy_id, shape, name if isinstance(name, str) else "")
+    if not model.runs:
+        return 0
+    output = _output_bound(shape, body, model.default_output)
+    if output is None:
+        return None
+    return cost_nanos(model.pricing, Usage(len(body), output)) or 0
+
+
+def _routed(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, name: str) -> _Model:
+    """Where items of model NAME would run now under the policy, or why they would be discarded unrun."""
+    try:
+        policy = routing.check_policy(snapshot.policies.get(policy_id))
         route = routing.resolve(snapshot.models, policy, name)
         binding = route.binding
         plan_dispatch(shape, binding.adapter, binding.host.name, batch=True)

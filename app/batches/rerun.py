@@ -70,7 +70,8 @@ def plan_rerun(runtime: Runtime, caller: Caller, text_id: str, *, codes: list[st
     cap = source["max_cost_nanos"] if max_cost is KEEP else budget.to_nanos(max_cost) if max_cost is not None \
         else None
     lineage = Rerun(rerun_of=source["id"], original_id=source["original_id"] or source["id"],
-                    source_idxs=[original for _, original, _ in picked], max_cost_nanos=cap)
+                    source_idxs=[original for _, original, _ in picked], max_cost_nanos=cap,
+                    max_cost_mode=budget.cap_mode(source) if max_cost is KEEP else "hard")
     custom_ids = [custom_id if custom_id is not None else str(idx) for idx, _, custom_id in picked]
     return RerunPlan(source, picked, bodies, custom_ids, source["metadata"] if metadata is KEEP else metadata,
                      lineage)

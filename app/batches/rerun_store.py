@@ -16,7 +16,7 @@ Conn = Connection[Any]
 AttemptRow = tuple[int, int, str | None, int | None, int | None, str, Any]
 
 _SOURCE_COLUMNS = ("id, api, owner, shape, metadata, total, endpoint, completion_window, max_cost_nanos,"
-                   " original_id, finished_at")
+                   " max_cost_mode, original_id, finished_at")
 
 
 def source_batch(conn: Conn, batch_id: UUID, owner: str) -> dict[str, Any] | None:

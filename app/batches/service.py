@@ -90,8 +90,8 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     options = options or {}
     columns = {**option_columns(options),
                **callback_columns(runtime.settings, options.get("callback_url"), options.get("callback_secret"))}
-    if rerun is not None and rerun.max_cost_nanos is not None:
-        columns.setdefault("max_cost_nanos", rerun.max_cost_nanos)
+    if rerun is not None and rerun.max_cost_nanos is not None and "max_cost_nanos" not in columns:
+        columns.update(max_cost_nanos=rerun.max_cost_nanos, max_cost_mode=rerun.max_cost_mode)
     cap = columns.get("max_cost_nanos")
     batch = {
         "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": total,
@@ -132,6 +132,7 @@ def option_columns(options: dict[str, Any]) -> dict[str, Any]:
     columns: dict[str, Any] = {}
     if (max_cost := options.get("max_cost")) is not None:
         columns["max_cost_nanos"] = budget.to_nanos(max_cost)
+        columns["max_cost_mode"] = options.get("max_cost_mode") or "hard"
     if (window := options.get("completion_window")) is not None:
         seconds = parse_duration(window)
         columns["completion_window"] = format_duration(seconds)
@@ -454,7 +455,9 @@ def summary_view(row: dict[str, Any], usage: dict[str, Any] | None = None) -> di
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
             "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"],
             "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at"),
-            "max_cost": budget.to_dollars(row["max_cost_nanos"]), "rerun_of": row["rerun_of"],
+            "max_cost": budget.to_dollars(row["max_cost_nanos"]),
+            "max_cost_mode": budget.cap_mode(row) if row["max_cost_nanos"] is not None else None,
+            "rerun_of": row["rerun_of"],
             "original_id": row["original_id"], "usage": usage}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view
