@@ -378,6 +378,18 @@ class EstimateTimingSchema(Schema):
                        "the workers started every item now"})
 
 
+class EstimateDeadlineSchema(Schema):
+    """Whether the items that would run can all start within the body's `completion_window` under your policy's
+    rate limits today (an item not started by the deadline ends expired)."""
+
+    completion_window = fields.String()
+    seconds = fields.Float(metadata={"description": "the window in seconds"})
+    last_start_seconds = fields.Float(allow_none=True, metadata={
+        "description": "seconds until the last item may start (paced policies; 0: all at once; null: never)"})
+    meets = fields.Boolean(metadata={"description": "whether every item that would run can start in time"})
+    items_late = fields.Integer(metadata={"description": "how many could not, and would end expired"})
+
+
 class BatchEstimateSchema(Schema):
     """`POST /v1/batches/estimate`: what a submit of the same body would store and could cost (a body a submit
     would refuse gets the submit's own error instead)."""
@@ -396,6 +408,10 @@ class BatchEstimateSchema(Schema):
     max_cost = fields.Float(allow_none=True, metadata={"description": "the body's `max_cost`, as it would be kept"})
     timing = fields.Nested(EstimateTimingSchema, allow_none=True, metadata={
         "description": "how long the batch takes under your policy's limits, paced or not"})
+    deadline = fields.Nested(EstimateDeadlineSchema, allow_none=True, metadata={
+        "description": "with a `completion_window`: whether the batch can start every item within it; else null"})
+    max_cost_mode = fields.String(allow_none=True, validate=validate.OneOf(MAX_COST_MODES), metadata={
+        "description": "how the cap would hold (`hard` by default); null without a cap"})
     within_max_cost = fields.Boolean(allow_none=True, metadata={
         "description": "whether the cost bound stays within `max_cost` (false: the cap may stop the batch); null "
                        "without a cap or a bound"})

@@ -88,8 +88,7 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     payloads = payload_store(runtime)
     rerun = origin.rerun if origin else None
     options = options or {}
-    columns = {**option_columns(options),
-               **callback_columns(runtime.settings, options.get("callback_url"), options.get("callback_secret"))}
+    columns = batch_columns(runtime, options)
     if rerun is not None and rerun.max_cost_nanos is not None and "max_cost_nanos" not in columns:
         columns.update(max_cost_nanos=rerun.max_cost_nanos, max_cost_mode=rerun.max_cost_mode)
     cap = columns.get("max_cost_nanos")
@@ -124,6 +123,13 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
         raise
     return batch_view(row, {"queued": total}, items=[], next_after=None,  # no item is listed: no next page
                       pacing=_pacing(runtime, row, total))
+
+
+def batch_columns(runtime: Runtime, options: dict[str, Any]) -> dict[str, Any]:
+    """The batch columns of a submit's options (option_columns), its callback's included: 400
+    callback_url_not_allowed for a host the operator does not allow. The estimate checks a body with this too."""
+    return {**option_columns(options),
+            **callback_columns(runtime.settings, options.get("callback_url"), options.get("callback_secret"))}
 
 
 def option_columns(options: dict[str, Any]) -> dict[str, Any]:
