@@ -224,6 +224,8 @@ class BatchSummarySchema(Schema):
         "description": "the batch's spend cap in dollars (rounded down to a nano-dollar); null: none"})
     max_cost_mode = fields.String(allow_none=True, validate=validate.OneOf(MAX_COST_MODES), metadata={
         "description": "how the cap holds (`hard`: never passed; `soft`: items in flight may pass it); null: no cap"})
+    max_cost_overshoot = fields.String(allow_none=True, metadata={
+        "description": "what the batch may record past its cap, in words (the soft cap's bound); null: no cap"})
     rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
     original_id = fields.UUID(allow_none=True, metadata={
         "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})

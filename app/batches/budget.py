@@ -34,6 +34,16 @@ def cap_mode(row: dict[str, Any]) -> str:
     return row.get("max_cost_mode") or "soft"
 
 
+def overshoot(row: dict[str, Any]) -> str | None:
+    """What a capped batch may record past its cap, in words: nothing (hard), or the soft cap's bound."""
+    if row["max_cost_nanos"] is None:
+        return None
+    if cap_mode(row) == "hard":
+        return "none: each item's cost bound is reserved before it starts"
+    return ("the cost of the items in flight when the cap is reached: at most one per worker thread of every worker"
+            " process, each at its own cost (unbounded for an item without an output limit)")
+
+
 def to_dollars(nanos: int | None) -> float | None:
     """Nano-dollars as dollars (a JSON number)."""
     return None if nanos is None else nanos / NANOS_PER_DOLLAR

@@ -463,6 +463,7 @@ def summary_view(row: dict[str, Any], usage: dict[str, Any] | None = None) -> di
             "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at"),
             "max_cost": budget.to_dollars(row["max_cost_nanos"]),
             "max_cost_mode": budget.cap_mode(row) if row["max_cost_nanos"] is not None else None,
+            "max_cost_overshoot": budget.overshoot(row),
             "rerun_of": row["rerun_of"],
             "original_id": row["original_id"], "usage": usage}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash

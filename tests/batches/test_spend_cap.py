@@ -33,6 +33,7 @@ def test_a_soft_cap_stops_a_batch_within_its_bound_of_the_items_in_flight_times_
     res = submit(client, key, [CHAT] * 60, max_cost=cap_nanos / 1e9, max_cost_mode="soft")
     assert res.status_code == 202, res.get_data(as_text=True)
     assert (res.json["max_cost"], res.json["max_cost_mode"]) == (cap_nanos / 1e9, "soft")
+    assert "one per worker thread" in res.json["max_cost_overshoot"]  # its bound said in the answer
     batch = wait_finished(client, key, res.json["id"])
     events = usage_events(runtime, batch["id"])
     spent = sum(e["cost_nanos"] or 0 for e in events)
@@ -50,7 +51,7 @@ def test_a_soft_cap_stops_a_batch_within_its_bound_of_the_items_in_flight_times_
 def test_a_batch_under_its_cap_runs_every_item(client, key, upstream) -> None:
     _priced_calls(upstream, latency_ms=0)
     res = submit(client, key, [BOUNDED] * 5, max_cost=1)
-    assert res.json["max_cost_mode"] == "hard"  # the default
+    assert res.json["max_cost_mode"] == "hard" and res.json["max_cost_overshoot"].startswith("none")  # the default
     batch = wait_finished(client, key, res.json["id"])
     assert batch["counts"]["completed"] == 5 and Decimal(batch["cost_usd"]) * 10**9 == 5 * ITEM_NANOS
 
