@@ -160,3 +160,15 @@ def test_the_openai_sdk_retrying_with_its_key_on_a_real_server_gets_the_same_fil
         oai.batches.create(input_file_id=files[0].id, endpoint="/v1/chat/completions", completion_window="24h",
                            metadata={"other": "body"}, extra_headers={"Idempotency-Key": "sdk-create"})
     assert refused.value.code == "idempotency_key_reused"
+
+
+def test_a_key_older_than_24_hours_creates_again(client, key, runtime) -> None:
+    body = {"shape": "openai", "requests": [CHAT], "metadata": {"tag": "idem-old"}}
+    first = client.post("/v1/batches", json=body, headers=_headers(key, "old-key"))
+    with runtime.pool.connection() as conn:
+        conn.execute("UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'old-key'")
+    later = client.post("/v1/batches", json=body, headers=_headers(key, "old-key"))
+    again = client.post("/v1/batches", json=body, headers=_headers(key, "old-key"))
+    assert first.status_code == later.status_code == again.status_code == 202
+    assert later.json["id"] != first.json["id"] and again.json["id"] == later.json["id"]
+    assert _batch_rows(runtime, "idem-old") == 2
