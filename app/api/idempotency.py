@@ -27,6 +27,11 @@ REPLAYED = "Idempotent-Replayed"  # set on an answer given again
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")  # printable ASCII without spaces, as the providers' SDKs send them
 _DRAIN_CHUNK = 1 << 20
 F = TypeVar("F", bound=Callable[..., Any])
+DOC_MARK = "x-idempotency-key"  # on an operation's doc: app/api/openapi.py documents the header and its 409 there
+PARAMETER = {"in": "header", "name": HEADER, "required": False,
+             "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+             "description": "the same key from the same caller within 24 h answers the first request's answer and "
+                            "creates nothing; with another request it is 409 idempotency_key_reused"}
 
 
 class _Fingerprint:
@@ -104,6 +109,8 @@ def idempotent(view: F) -> F:
                     response.get_data()))
             return response
 
+    apidoc = getattr(view, "_apidoc", {})  # flask-smorest's doc of the view, marked (a copy: the view's is left)
+    wrapper._apidoc = {**apidoc, "manual_doc": {**apidoc.get("manual_doc", {}), DOC_MARK: True}}  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 

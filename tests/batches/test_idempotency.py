@@ -172,3 +172,14 @@ def test_a_key_older_than_24_hours_creates_again(client, key, runtime) -> None:
     assert first.status_code == later.status_code == again.status_code == 202
     assert later.json["id"] != first.json["id"] and again.json["id"] == later.json["id"]
     assert _batch_rows(runtime, "idem-old") == 2
+
+
+def test_the_openapi_document_lists_the_header_and_its_409_on_every_create(client) -> None:
+    paths = client.get("/openapi.json").json["paths"]
+    creates = ["/v1/batches", "/v1/batches/{batch_id}/rerun", "/v1/files", "/openai/v1/files", "/openai/v1/batches",
+               "/v1/messages/batches", "/anthropic/v1/messages/batches"]
+    for path in creates:
+        operation = paths[path]["post"]
+        assert "Idempotency-Key" in [p["name"] for p in operation["parameters"] if p["in"] == "header"], path
+        assert "409" in operation["responses"], path
+    assert not any(p["name"] == "Idempotency-Key" for p in paths["/v1/batches/estimate"]["post"].get("parameters", []))
