@@ -28,7 +28,7 @@ class MessagesItem(msgspec.Struct):
     """A Messages body as a batch item: a subset of what validate_request accepts (see fields.Content)."""
 
     model: str  # non-blank, ASCII, NUL-free: checked by the caller, which keeps the name
-    max_tokens: f.PositiveInt
+    max_tokens: f.TokenLimit
     messages: Annotated[list[MessagesMessage], msgspec.Meta(min_length=1)]
     system: f.Content | None = None
     stream: bool | None = None

@@ -142,6 +142,12 @@ class ContentPart(msgspec.Struct):
 Content = str | list[ContentPart]  # content_parts
 NonBlank = Annotated[str, msgspec.Meta(pattern=r"\S")]  # non_empty_string (re's \s is str.isspace)
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]  # positive_integer (msgspec's int refuses booleans and floats)
+# A batch item's output limit (max_tokens, max_completion_tokens, max_output_tokens) and its choices (`n`): larger
+# ones no provider takes, and a cost bound over them would not fit the arithmetic of a price (app/batches/validation).
+MAX_TOKEN_LIMIT = 2**31 - 1
+MAX_CHOICES = 128  # OpenAI's largest `n`
+TokenLimit = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKEN_LIMIT)]
+Choices = Annotated[int, msgspec.Meta(ge=1, le=MAX_CHOICES)]
 Array = list[msgspec.Raw]  # array
 StringOrObject = str | Object  # string_or_object
 StringOrStrings = str | list[str]  # string_or_strings

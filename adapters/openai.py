@@ -69,9 +69,9 @@ class ChatItem(msgspec.Struct):
     stream_options: StreamOptions | None = None
     temperature: float | None = None
     top_p: float | None = None
-    n: f.PositiveInt | None = None
-    max_tokens: f.PositiveInt | None = None
-    max_completion_tokens: f.PositiveInt | None = None
+    n: f.Choices | None = None
+    max_tokens: f.TokenLimit | None = None
+    max_completion_tokens: f.TokenLimit | None = None
     stop: f.StringOrStrings | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None

@@ -35,7 +35,7 @@ class ResponsesItem(msgspec.Struct):
     model: str  # non-blank, ASCII, NUL-free: checked by the caller, which keeps the name
     input: str | list[ResponsesMessage]
     instructions: str | None = None
-    max_output_tokens: f.PositiveInt | None = None
+    max_output_tokens: f.TokenLimit | None = None
     stream: bool | None = None
     temperature: float | None = None
     top_p: float | None = None

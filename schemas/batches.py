@@ -53,9 +53,15 @@ def max_cost_field(description: str, *, absent_is_none: bool = True) -> JsonNumb
                       metadata={"description": description}, **extra)
 
 
-MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9, at most 1e9): once the recorded "
-                 "cost of the batch's items reaches it, items not started yet end `discarded` with "
-                 "`budget_exceeded` (running ones finish). Every binding of the models the items name must be priced")
+MAX_COST_HELP = ("a spend cap in the pricing's currency (dollars; at least 1e-9, at most 1e9). Hard by default: each "
+                 "item's cost bound is reserved before it starts, and an item whose bound does not fit ends "
+                 "`discarded` with `budget_exceeded` unrun, so the recorded cost never passes the cap (see "
+                 "`max_cost_mode`). Every binding of the models the items name must be priced")
+MAX_COST_MODES = ("hard", "soft")
+MAX_COST_MODE_HELP = ("`hard` (the default): the recorded cost never passes `max_cost`; an item without an output "
+                      "bound (no `max_tokens` and no `max_output_tokens` of its model) cannot run under it. `soft`: "
+                      "items start while the recorded cost is below the cap, so items in flight may pass it (by at "
+                      "most their number times their cost); items without a bound run")
 
 
 class BatchEnvelopeSchema(CallbackSchema):
@@ -71,6 +77,8 @@ class BatchEnvelopeSchema(CallbackSchema):
         "description": "a deadline, e.g. `2h`: items not started this long after the submit end `discarded` with"
                        " the code `expired`"})
     max_cost = max_cost_field(MAX_COST_HELP)
+    max_cost_mode = fields.String(load_default=None, validate=validate.OneOf(MAX_COST_MODES),
+                                  metadata={"description": MAX_COST_MODE_HELP})
 
 
 class BatchSubmitSchema(BatchEnvelopeSchema):
@@ -214,6 +222,10 @@ class BatchSummarySchema(Schema):
                        " of the provider APIs)"})
     max_cost = fields.Float(allow_none=True, metadata={
         "description": "the batch's spend cap in dollars (rounded down to a nano-dollar); null: none"})
+    max_cost_mode = fields.String(allow_none=True, validate=validate.OneOf(MAX_COST_MODES), metadata={
+        "description": "how the cap holds (`hard`: never passed; `soft`: items in flight may pass it); null: no cap"})
+    max_cost_overshoot = fields.String(allow_none=True, metadata={
+        "description": "what the batch may record past its cap, in words (the soft cap's bound); null: no cap"})
     rerun_of = fields.UUID(allow_none=True, metadata={"description": "a re-run: the batch it re-ran; else null"})
     original_id = fields.UUID(allow_none=True, metadata={
         "description": "a re-run: the first batch of its chain (whose idx each item's source_idx is); else null"})
@@ -310,6 +322,9 @@ class BatchRerunSchema(Schema):
                        "pairs)"})
     max_cost = max_cost_field("the new batch's spend cap in dollars, null for none (default: the source batch's "
                               "cap); as `max_cost` of a submit", absent_is_none=False)
+    force = fields.Boolean(load_default=False, metadata={
+        "description": "re-run the items even if a re-run of this batch already holds some of them (without it and "
+                       "without an `Idempotency-Key`, that is 409 `rerun_exists` naming the re-run)"})
 
 
 class EstimateProblemSchema(Schema):
@@ -365,6 +380,18 @@ class EstimateTimingSchema(Schema):
                        "the workers started every item now"})
 
 
+class EstimateDeadlineSchema(Schema):
+    """Whether the items that would run can all start within the body's `completion_window` under your policy's
+    rate limits today (an item not started by the deadline ends expired)."""
+
+    completion_window = fields.String()
+    seconds = fields.Float(metadata={"description": "the window in seconds"})
+    last_start_seconds = fields.Float(allow_none=True, metadata={
+        "description": "seconds until the last item may start (paced policies; 0: all at once; null: never)"})
+    meets = fields.Boolean(metadata={"description": "whether every item that would run can start in time"})
+    items_late = fields.Integer(metadata={"description": "how many could not, and would end expired"})
+
+
 class BatchEstimateSchema(Schema):
     """`POST /v1/batches/estimate`: what a submit of the same body would store and could cost (a body a submit
     would refuse gets the submit's own error instead)."""
@@ -383,6 +410,10 @@ class BatchEstimateSchema(Schema):
     max_cost = fields.Float(allow_none=True, metadata={"description": "the body's `max_cost`, as it would be kept"})
     timing = fields.Nested(EstimateTimingSchema, allow_none=True, metadata={
         "description": "how long the batch takes under your policy's limits, paced or not"})
+    deadline = fields.Nested(EstimateDeadlineSchema, allow_none=True, metadata={
+        "description": "with a `completion_window`: whether the batch can start every item within it; else null"})
+    max_cost_mode = fields.String(allow_none=True, validate=validate.OneOf(MAX_COST_MODES), metadata={
+        "description": "how the cap would hold (`hard` by default); null without a cap"})
     within_max_cost = fields.Boolean(allow_none=True, metadata={
         "description": "whether the cost bound stays within `max_cost` (false: the cap may stop the batch); null "
                        "without a cap or a bound"})

@@ -16,13 +16,14 @@ from app.api.bodies import read_body, require_json
 from app.api.callers import request_caller
 from app.api.compat import openai_batches
 from app.api.compat.common import answer
+from app.api.idempotency import HEADER, idempotent
 from app.api.openapi import error_answers
 from app.auth_model import Caller
 from app.batches import service
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
-from app.batches.rerun import KEEP, plan_rerun, submit_rerun
+from app.batches.rerun import KEEP, plan_rerun, submit_once, submit_rerun
 from app.compat import openai_view
 from app.compat.rerun import RERUNS
 from app.compat.views import openai_batch_id
@@ -59,6 +60,7 @@ def _runtime() -> Runtime:
 
 
 @blp.route("", methods=["POST"])
+@idempotent
 @blp.doc(summary="Submit a batch: 400 lists every bad item; 413 for too many items or bytes, or an item larger than"
                  " a live request", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
@@ -169,6 +171,7 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
 
 
 @blp.route("/<batch_id>/rerun", methods=["POST"])
+@idempotent
 @blp.doc(summary="Re-run what failed: a new batch of the finished batch's discarded items (or those with the"
                  " chosen error codes), with their original requests, under your current policy",
          description="The new batch records `rerun_of` and `original_id`, each item its `source_idx`; read the chain's"
@@ -186,7 +189,9 @@ def rerun(args: dict[str, Any], body: dict[str, Any], batch_id: str) -> Response
     plan = plan_rerun(_runtime(), caller, batch_id, codes=body.get("codes"), metadata=body.get("metadata", KEEP),
                       max_cost=body.get("max_cost", KEEP))
     api = plan.source["api"]
-    new_id = RERUNS.get(api, submit_rerun)(_runtime(), caller, plan)
+    force = body.get("force", False) or request.headers.get(HEADER) is not None  # a key decides on its own
+    new_id = submit_once(_runtime(), plan, lambda: RERUNS.get(api, submit_rerun)(_runtime(), caller, plan),
+                         force=force)
     if (args["format"] or ("openai" if api == "openai" else "relay")) == "openai":
         return answer("openai", lambda: openai_view.get_batch(_runtime(), caller, openai_batch_id(new_id)),
                       status=202)

@@ -9,6 +9,7 @@ from typing import Any
 from apispec import BasePlugin
 from flask_smorest import Api, Blueprint
 
+from app.api.idempotency import DOC_MARK, PARAMETER
 from schemas.admin import RelayErrorSchema
 from schemas.inference import ShapedErrorSchema
 
@@ -34,7 +35,7 @@ class RelayApi(Api):  # type: ignore[misc]
 class ErrorAnswers(BasePlugin):
     """Adds to each operation the error statuses its kind of route really gives, unless the route documents its
     own: 400 for anything with arguments or a body, 401 behind a credential, 404 for an id in the path, 413 for a
-    body (every body has a size limit), and no 422."""
+    body (every body has a size limit), and no 422; a create taking `Idempotency-Key` gets the header and a 409."""
 
     def operation_helper(self, path: str | None = None, operations: dict[str, Any] | None = None,
                          **kwargs: Any) -> None:
@@ -42,6 +43,10 @@ class ErrorAnswers(BasePlugin):
         for operation in (operations or {}).values():
             responses = operation.setdefault("responses", {})
             had_422 = responses.pop(422, None) is not None or responses.pop("422", None) is not None
+            if operation.pop(DOC_MARK, False):  # a create taking Idempotency-Key (app/api/idempotency.py)
+                operation.setdefault("parameters", []).append(PARAMETER)
+                if 409 not in responses and "409" not in responses:  # the creates' paths are all shaped
+                    responses[409] = _SHAPED_ANSWER
             for status in _statuses(path or "", operation, had_422):
                 if status not in responses and str(status) not in responses:
                     responses[status] = _SHAPED_ANSWER if shaped else _COMPONENTS[status]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import ROUND_FLOOR, Decimal
+from typing import Any
 from uuid import UUID
 
 from app.access.cache import get_catalog
@@ -26,6 +27,21 @@ NANOS_PER_DOLLAR = 10**9
 def to_nanos(dollars: float) -> int:
     """A cap in dollars as whole nano-dollars (rounded down: the cap never grows), from its shortest decimal form."""
     return int((Decimal(repr(float(dollars))) * NANOS_PER_DOLLAR).to_integral_value(ROUND_FLOOR))
+
+
+def cap_mode(row: dict[str, Any]) -> str:
+    """A capped batch's `max_cost_mode`: its own, or `soft` for a batch capped before the hard cap existed."""
+    return row.get("max_cost_mode") or "soft"
+
+
+def overshoot(row: dict[str, Any]) -> str | None:
+    """What a capped batch may record past its cap, in words: nothing (hard), or the soft cap's bound."""
+    if row["max_cost_nanos"] is None:
+        return None
+    if cap_mode(row) == "hard":
+        return "none: each item's cost bound is reserved before it starts"
+    return ("the cost of the items in flight when the cap is reached: at most one per worker thread of every worker"
+            " process, each at its own cost (unbounded for an item without an output limit)")
 
 
 def to_dollars(nanos: int | None) -> float | None:

@@ -69,3 +69,9 @@ class ItemNotFound(NotFound):
     """The batch (which the caller may see) has no item with that idx."""
 
     code = "item_not_found"
+
+
+class RerunExists(Conflict):
+    """A re-run without an idempotency key or `force` of items that a re-run of the same batch already holds."""
+
+    code = "rerun_exists"

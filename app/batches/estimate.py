@@ -19,10 +19,12 @@ and asks app/batches/pacing.py how long the items take paced, and how many the w
 
 from __future__ import annotations
 
+import decimal
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
@@ -35,17 +37,21 @@ from app.auth_model import Caller
 from app.batches import budget, pacing
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.intake import parse_batch, typed_batch
+from app.batches.service import batch_columns
+from app.batches.validation import OUTPUT_LIMIT_FIELDS
 from app.catalog.model import Pricing
 from app.errors import RelayError
 from app.pipeline import routing
 from app.runtime import Runtime
 from app.usage.events import cost_nanos
 from app.usage.queries import cost_usd
+from schemas.durations import parse_duration
 
 
 class _Limits(msgspec.Struct):
     """The members of an item that bound its output (any other member is skipped)."""
 
+    model: Any = None
     max_tokens: Any = None
     max_completion_tokens: Any = None
     max_output_tokens: Any = None
@@ -53,8 +59,6 @@ class _Limits(msgspec.Struct):
 
 
 _LIMITS = msgspec.json.Decoder(_Limits)
-_LIMIT_FIELDS = {"openai": ("max_completion_tokens", "max_tokens"), "openai_responses": ("max_output_tokens",),
-                 "anthropic": ("max_tokens",)}
 
 
 @dataclass
@@ -104,20 +108,20 @@ class _Model:
 def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> dict[str, Any]:
     """What submitting RAW (a `POST /v1/batches` body) would store and could cost; the submit's own errors (400,
     413) for a body it would refuse."""
-    shape, max_cost, bodies, names = _checked(runtime, raw)
-    if max_cost is not None:
+    shape, columns, bodies, names = _checked(runtime, raw)
+    cap = columns.get("max_cost_nanos")
+    if cap is not None:
         budget.check_priced(runtime, set(names))
     snapshot = get_catalog(runtime).snapshot()
     models: dict[str, _Model] = {}
     for body, name in zip(bodies, names, strict=True):
         model = models.get(name)
         if model is None:
-            model = models[name] = _routed(snapshot, caller, shape, name)
+            model = models[name] = _routed(snapshot, caller.policy_id, shape, name)
         model.add(len(body), _output_bound(shape, body, model.default_output))
     found = sorted(models.values(), key=lambda m: m.name)
     bounded = all(m.bounded for m in found)
     total_nanos = sum(m.cost_nanos for m in found)
-    cap = budget.to_nanos(max_cost) if max_cost is not None else None
     runs = sum(m.items for m in found if m.runs)
     tokens = sum(m.input_tokens + m.output_tokens for m in found)
     return {"object": "batch.estimate", "valid": True, "shape": shape, "total": len(names),
@@ -125,9 +129,11 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
             "input_tokens_max": sum(m.input_tokens for m in found),
             "output_tokens_max": sum(m.output_tokens for m in found),
             "cost_usd_max": cost_usd(total_nanos) if bounded else None,
-            "max_cost": budget.to_dollars(cap),
+            "max_cost": budget.to_dollars(cap), "max_cost_mode": columns.get("max_cost_mode"),
             "within_max_cost": None if cap is None or not bounded else total_nanos <= cap,
-            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None)}
+            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None),
+            "deadline": deadline_verdict(runtime, caller, columns.get("completion_window"), runs,
+                                         tokens / runs if runs else None)}
 
 
 def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float | None) -> dict[str, Any] | None:
@@ -150,24 +156,78 @@ def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float 
             "unpaced_rate_limited_items": max(0, runs - admitted)}
 
 
-def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, float | None, list[Any], list[str]]:
-    """The submit's checks of RAW (the typed path, else the scanner: the same errors); its shape, max_cost, each
-    item's request bytes and model name."""
+def deadline_verdict(runtime: Runtime, caller: Caller, window: str | None, runs: int,
+                     tokens_per_item: float | None) -> dict[str, Any] | None:
+    """Whether the RUNS items that would run can all start within the completion WINDOW under the caller's policy's
+    rate limits today (an item not started by its deadline ends expired), and how many could not; None without a
+    window. A paced policy starts them at its share's rate (pacing.expected_seconds); otherwise they may all start
+    at once (those the current windows refuse end `rate_limited`: `timing.unpaced_rate_limited_items`)."""
+    if window is None:
+        return None
+    seconds = parse_duration(window)
+    policy = get_policy(runtime, caller.policy_id)
+    late, starts = 0, 0.0
+    if policy is not None and policy.batch_pace and policy.rate_limits and runs:
+        now = time.time()
+        with runtime.pool.connection() as conn:
+            used = pacing.batch_share_used(conn, policy.rate_limits, now)
+
+        def start_s(n: int) -> float:
+            return pacing.expected_seconds(policy, n, used, now, tokens_per_item)
+
+        starts = start_s(runs)
+        lo, hi = 0, runs  # the most items that all start in time: start_s grows with the count
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if start_s(mid) <= seconds else (lo, mid - 1)
+        late = runs - lo
+    return {"completion_window": window, "seconds": seconds,
+            "last_start_seconds": None if math.isinf(starts) else round(starts, 3),
+            "meets": late == 0, "items_late": late}
+
+
+def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, dict[str, Any], list[Any], list[str]]:
+    """The submit's checks of RAW, in its order (the typed path, else the scanner: the same errors; a body whose
+    envelope the typed path reads has its options checked before its items, as create_batch works out the batch's
+    columns first); its shape, the columns of its options (service.batch_columns: max_cost, completion_window,
+    callback_url, ...), each item's request bytes and model name."""
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
     limits = {"max_items": settings.batch_max_items, "max_item_bytes": settings.max_request_bytes}
     typed = typed_batch(raw, **limits)
-    if typed is not None and (names := typed.models()) is not None:
-        return typed.shape, typed.options.get("max_cost"), typed.bodies(), names
+    if typed is not None:
+        columns = batch_columns(runtime, typed.options)
+        if (names := typed.models()) is not None:
+            return typed.shape, columns, typed.bodies(), names
     parsed = parse_batch(raw, **limits)
-    return parsed.shape, parsed.options.get("max_cost"), list(parsed.item_bodies()), parsed.models
+    return parsed.shape, batch_columns(runtime, parsed.options), list(parsed.item_bodies()), parsed.models
 
 
-def _routed(snapshot: CatalogSnapshot, caller: Caller, shape: str, name: str) -> _Model:
-    """Where items of model NAME would run now under CALLER's policy, or why they would be discarded unrun."""
+def item_cost_bound(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, body: bytes) -> int | None:
+    """The most one item (its request BODY) can cost under the policy now, in nano-dollars, as the estimate counts
+    it: 0 when it would be discarded unrun or its binding is unpriced (nothing is recorded), None when its output
+    has no bound (no limit of its own, none of its model's)."""
     try:
-        policy = routing.check_policy(snapshot.policies.get(caller.policy_id))
+        name = _LIMITS.decode(body).model
+    except msgspec.DecodeError:
+        return 0  # not a request the pipeline can read: refused before any upstream
+    model = _routed(snapshot, policy_id, shape, name if isinstance(name, str) else "")
+    if not model.runs:
+        return 0
+    output = _output_bound(shape, body, model.default_output)
+    if output is None:
+        return None
+    try:
+        return cost_nanos(model.pricing, Usage(len(body), output)) or 0
+    except decimal.InvalidOperation:  # past a price's arithmetic (refused at submit since): no bound
+        return None
+
+
+def _routed(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, name: str) -> _Model:
+    """Where items of model NAME would run now under the policy, or why they would be discarded unrun."""
+    try:
+        policy = routing.check_policy(snapshot.policies.get(policy_id))
         route = routing.resolve(snapshot.models, policy, name)
         binding = route.binding
         plan_dispatch(shape, binding.adapter, binding.host.name, batch=True)
@@ -187,7 +247,7 @@ def _output_bound(shape: str, body: Any, default: int | None) -> int | None:
         limits = _LIMITS.decode(body)
     except msgspec.DecodeError:
         return default
-    own = [int(v) for v in (getattr(limits, name) for name in _LIMIT_FIELDS[shape]) if _positive(v)]
+    own = [int(v) for v in (getattr(limits, name) for name in OUTPUT_LIMIT_FIELDS[shape]) if _positive(v)]
     limit = max(own) if own else default
     if limit is None:
         return None

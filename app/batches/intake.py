@@ -107,6 +107,7 @@ class _Spans(msgspec.Struct, forbid_unknown_fields=True):
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     completion_window: Any = msgspec.UNSET  # the other envelope members: checked by validation.validate_envelope
     max_cost: Any = msgspec.UNSET
+    max_cost_mode: Any = msgspec.UNSET
     callback_url: Any = msgspec.UNSET
     callback_secret: Any = msgspec.UNSET
 

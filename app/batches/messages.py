@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from app.auth import get_policy
+from app.batches import capped
 from app.batches.runner import Claimed, WorkerContext, run_item
 from app.catalog.model import Policy
 from app.errors import RateLimited
@@ -61,8 +62,8 @@ def _run_and_claim_next(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: 
     asked: list[tuple[int, Future[Any], Interrupter, Reservation | None]] = []
 
     def then() -> tuple[int, Future[Any]] | None:
-        if following is None or ctx.stopping.is_set():
-            return None
+        if following is None or ctx.stopping.is_set() or capped.is_hard(ctx.batch_info(batch_id)):
+            return None  # a hard-capped batch's item is claimed with its bound reserved, on its own
         next_admission = _admission_now(ctx, batch_id)
         if next_admission is NOT_NOW:
             return None

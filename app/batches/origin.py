@@ -19,6 +19,7 @@ class Rerun:
     original_id: UUID
     source_idxs: Sequence[int]
     max_cost_nanos: int | None = None
+    max_cost_mode: str = "hard"
 
     @property
     def columns(self) -> dict[str, Any]:

@@ -90,10 +90,20 @@ def expired_for(api: str) -> Outcome:
     return deadline_passed() if api == "relay" else expired()
 
 
-def budget_exceeded() -> Outcome:
-    """A queued item of a batch whose recorded cost reached its `max_cost`: it never starts."""
-    return Outcome("discarded", "budget exceeded: the batch's recorded cost reached its max_cost before the item"
-                                " started", "budget_exceeded", 402)
+def budget_exceeded(bound: int | None = None) -> Outcome:
+    """A queued item of a batch whose recorded cost reached its `max_cost` (soft cap), or whose cost BOUND
+    (nano-dollars) does not fit beside the recorded cost (hard cap): it never starts."""
+    if bound is None:
+        return Outcome("discarded", "budget exceeded: the batch's recorded cost reached its max_cost before the item"
+                                    " started", "budget_exceeded", 402)
+    return Outcome("discarded", f"budget exceeded: the item's cost bound (${bound / 1e9:.9f}) does not fit in what"
+                                " is left of the batch's max_cost", "budget_exceeded", 402)
+
+
+def budget_unbounded() -> Outcome:
+    """A queued item of a hard-capped batch whose output has no bound: its cost could pass the cap."""
+    return Outcome("discarded", "budget exceeded: the item's cost has no bound (set max_tokens, or give the model a"
+                                " max_output_tokens; max_cost_mode soft runs it)", "budget_exceeded", 402)
 
 
 def worker_lost() -> Outcome:

@@ -11,13 +11,14 @@ first batch, so that the chain's results can be read merged (app/batches/merged.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from app.auth_model import Caller
 from app.batches import budget, rerun_store, service, store
-from app.batches.errors import BatchNotFinished, BatchNotFound, InvalidBatch, NothingToRerun
+from app.batches.errors import BatchNotFinished, BatchNotFound, InvalidBatch, NothingToRerun, RerunExists
 from app.batches.origin import BatchOrigin, Rerun
 from app.errors import ServiceUnavailable
 from app.payload_port import PayloadMissing
@@ -69,7 +70,8 @@ def plan_rerun(runtime: Runtime, caller: Caller, text_id: str, *, codes: list[st
     cap = source["max_cost_nanos"] if max_cost is KEEP else budget.to_nanos(max_cost) if max_cost is not None \
         else None
     lineage = Rerun(rerun_of=source["id"], original_id=source["original_id"] or source["id"],
-                    source_idxs=[original for _, original, _ in picked], max_cost_nanos=cap)
+                    source_idxs=[original for _, original, _ in picked], max_cost_nanos=cap,
+                    max_cost_mode=budget.cap_mode(source) if max_cost is KEEP else "hard")
     custom_ids = [custom_id if custom_id is not None else str(idx) for idx, _, custom_id in picked]
     return RerunPlan(source, picked, bodies, custom_ids, source["metadata"] if metadata is KEEP else metadata,
                      lineage)
@@ -84,6 +86,20 @@ def submit_rerun(runtime: Runtime, caller: Caller, plan: RerunPlan) -> UUID:
     except InvalidBatch as exc:
         raise _told_by_source(exc, plan.picked) from None
     return UUID(str(created["id"]))
+
+
+def submit_once(runtime: Runtime, plan: RerunPlan, submit: Callable[[], UUID], *, force: bool = False) -> UUID:
+    """SUBMIT() (PLAN's re-run through its API's intake) unless a re-run of the same batch already holds the same
+    items (queued, running or finished): then 409 rerun_exists naming it, unless FORCE. Re-runs of one batch are
+    decided one at a time, so concurrent ones (a double click, a retry after a timeout) make one batch."""
+    with runtime.pool.connection() as conn, conn.transaction():
+        rerun_store.lock_reruns(conn, plan.source["id"])
+        found = None if force else rerun_store.rerun_of_items(conn, plan.source, plan.lineage.source_idxs)
+        if found is not None:
+            raise RerunExists(message=f"batch {plan.source['id']} already has a re-run of these {found['items']}"
+                                      f" items: {found['id']}; read it, or send \"force\": true to run them again",
+                              details={"rerun_id": str(found["id"]), "items": int(found["items"])})
+        return submit()
 
 
 def _check_finished(counts: dict[str, int]) -> None:

@@ -15,8 +15,8 @@ Conn = Connection[Any]
 # The item's key in the original batch, then a store.ResultRow: idx, segment, offset, length, state, error.
 AttemptRow = tuple[int, int, str | None, int | None, int | None, str, Any]
 
-_SOURCE_COLUMNS = ("id, api, shape, metadata, total, endpoint, completion_window, max_cost_nanos, original_id,"
-                   " finished_at")
+_SOURCE_COLUMNS = ("id, api, owner, shape, metadata, total, endpoint, completion_window, max_cost_nanos,"
+                   " max_cost_mode, original_id, finished_at")
 
 
 def source_batch(conn: Conn, batch_id: UUID, owner: str) -> dict[str, Any] | None:
@@ -59,3 +59,19 @@ def attempt_rows(conn: Conn, batch_id: UUID, *, rerun: bool, after: int, limit: 
                 f" FROM batch_items WHERE batch_id = %s AND {key} IS NOT NULL AND {key} > %s ORDER BY {key} LIMIT %s",
                 (batch_id, after, limit))
     return cur.fetchall()  # type: ignore[no-any-return]
+
+
+def lock_reruns(conn: Conn, batch_id: UUID) -> None:
+    """Hold the re-runs of BATCH_ID until this transaction ends: concurrent re-runs of one batch go one at a time."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"relay-rerun:{batch_id}",))
+
+
+def rerun_of_items(conn: Conn, source: dict[str, Any], original_idxs: Sequence[int]) -> dict[str, Any] | None:
+    """The newest re-run of SOURCE (its owner's, in any state) of exactly the items ORIGINAL_IDXS (their idx in the
+    chain's original batch), with its item count; None if there is none."""
+    return conn.execute(  # type: ignore[no-any-return]
+        "SELECT r.id, r.total AS items FROM batches r WHERE r.original_id = %s AND r.rerun_of = %s AND r.owner = %s"
+        " AND r.total = %s AND NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = r.id"
+        " AND i.source_idx <> ALL(%s)) ORDER BY r.created_at DESC LIMIT 1",
+        (source["original_id"] or source["id"], source["id"], source["owner"], len(original_idxs),
+         list(original_idxs))).fetchone()

@@ -24,7 +24,7 @@ from psycopg_pool import PoolTimeout
 
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
-from app.batches import budget, outcomes, store
+from app.batches import budget, capped, outcomes, store
 from app.batches.finals import final_of, finalize_now, item_event
 from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
@@ -171,9 +171,11 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
             return "duplicate", None  # the same item is running on this worker
     try:
         if claimed is None:
-            found, retried = _claim(ctx, batch_id, idx)
+            found, retried, refused = _claim(ctx, batch_id, idx)
             if found is None:
                 get_limiter(ctx.runtime).give_back(admitted)
+                if refused is not None:
+                    return _end_unrun(ctx, batch_id, idx, refused), None
                 return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried), None
             row = found
         item = _claimed(row, idx)
@@ -195,13 +197,20 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
     return ending.outcome.state, future
 
 
-def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool]:
+def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool, Outcome | None]:
     """queued → running for this worker, retried through a database blip (an acked message whose claim failed
-    would leave the item waiting for the lost-message sweep); the claimed row or None, and whether it retried.
+    would leave the item waiting for the lost-message sweep); the claimed row or None, whether it retried, and the
+    outcome of an item of a hard-capped batch that must end unrun (app/batches/capped.py claims those).
 
     An attempt whose connection dropped may have committed unseen: the item is then running under this worker's
     id since that attempt, and since nothing here ran it (the registry keeps one thread per item), it is adopted
     and run, not discarded."""
+    info = ctx.batch_info(batch_id)
+    if capped.is_hard(info):
+        assert info is not None
+        got = capped.claim_capped(ctx.runtime, ctx.payloads, info, (batch_id, idx), worker_id=ctx.worker_id,
+                                  counter=ctx.thread_counter(), stopping=ctx.stopping)
+        return got.row, False, got.refused
     retried, first = False, time.monotonic()
     for delay in (*CLAIM_RETRIES_S, None):
         try:
@@ -209,7 +218,7 @@ def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any]
                 row = store.claim_item(conn, batch_id, idx, ctx.worker_id, counter=ctx.thread_counter())
                 if row is None and retried:
                     row = store.own_unseen_claim(conn, batch_id, idx, ctx.worker_id, time.monotonic() - first + 1)
-                return row, retried
+                return row, retried, None
         except psycopg.OperationalError as exc:
             if delay is None:
                 raise
@@ -346,6 +355,17 @@ def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_
         return "duplicate"
     done = finalize_now(ctx.runtime, [final_of(row, idx, outcome, from_state=source, owner=owner)],
                         counter=ctx.worker_id)
+    return outcome.state if done else "duplicate"
+
+
+def _end_unrun(ctx: WorkerContext, batch_id: UUID, idx: int, outcome: Outcome) -> str:
+    """A queued item → OUTCOME without running (a hard cap's refusal), with its usage event; the state, or
+    "duplicate" if it had moved on."""
+    with ctx.runtime.pool.connection() as conn:
+        row = store.item_status(conn, batch_id, idx, ctx.runtime.settings.worker_lost_after_s)
+    if row is None or row["state"] != "queued":
+        return "duplicate"
+    done = finalize_now(ctx.runtime, [final_of(row, idx, outcome, from_state="queued")], counter=ctx.worker_id)
     return outcome.state if done else "duplicate"
 
 

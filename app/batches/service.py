@@ -83,10 +83,9 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
     payloads = payload_store(runtime)
     rerun = origin.rerun if origin else None
     options = options or {}
-    columns = {**option_columns(options),
-               **callback_columns(runtime.settings, options.get("callback_url"), options.get("callback_secret"))}
-    if rerun is not None and rerun.max_cost_nanos is not None:
-        columns.setdefault("max_cost_nanos", rerun.max_cost_nanos)
+    columns = batch_columns(runtime, options)
+    if rerun is not None and rerun.max_cost_nanos is not None and "max_cost_nanos" not in columns:
+        columns.update(max_cost_nanos=rerun.max_cost_nanos, max_cost_mode=rerun.max_cost_mode)
     cap = columns.get("max_cost_nanos")
     batch = {
         "id": batch_id, "shape": shape, "metadata": _jsonb(metadata), "total": total,
@@ -123,12 +122,20 @@ def create_batch(runtime: Runtime, caller: Caller, *, shape: str, metadata: dict
                       pacing=_pacing(runtime, row, total))
 
 
+def batch_columns(runtime: Runtime, options: dict[str, Any]) -> dict[str, Any]:
+    """The batch columns of a submit's options (option_columns), its callback's included: 400
+    callback_url_not_allowed for a host the operator does not allow. The estimate checks a body with this too."""
+    return {**option_columns(options),
+            **callback_columns(runtime.settings, options.get("callback_url"), options.get("callback_secret"))}
+
+
 def option_columns(options: dict[str, Any]) -> dict[str, Any]:
     """The batch columns of a submit's options: a completion_window sets the deadline (expires_at), a max_cost the
     spend cap (in nano-dollars)."""
     columns: dict[str, Any] = {}
     if (max_cost := options.get("max_cost")) is not None:
         columns["max_cost_nanos"] = budget.to_nanos(max_cost)
+        columns["max_cost_mode"] = options.get("max_cost_mode") or "hard"
     if (window := options.get("completion_window")) is not None:
         seconds = parse_duration(window)
         columns["completion_window"] = format_duration(seconds)
@@ -451,7 +458,10 @@ def summary_view(row: dict[str, Any], usage: dict[str, Any] | None = None) -> di
             "total": row["total"], "finished": row["finished_at"] is not None, "finished_at": row["finished_at"],
             "created_at": row["created_at"], "cancelled_at": row["cancelled_at"], "metadata": row["metadata"],
             "completion_window": row.get("completion_window"), "expires_at": row.get("expires_at"),
-            "max_cost": budget.to_dollars(row["max_cost_nanos"]), "rerun_of": row["rerun_of"],
+            "max_cost": budget.to_dollars(row["max_cost_nanos"]),
+            "max_cost_mode": budget.cap_mode(row) if row["max_cost_nanos"] is not None else None,
+            "max_cost_overshoot": budget.overshoot(row),
+            "rerun_of": row["rerun_of"],
             "original_id": row["original_id"], "usage": usage}
     view.update({name: row[name] for name in ATTRIBUTION if name != "relay_key_hash"})  # never the hash
     return view

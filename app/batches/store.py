@@ -38,7 +38,7 @@ CANCEL_CHANNEL = "relay_batch_cancel"
 BATCH_COLUMNS = (
     "id, shape, status, metadata, total, owner, relay_key_hash, policy_id, project_id, team_id, principal_kind,"
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"
-    " expires_at, max_cost_nanos, rerun_of, original_id, endpoint, input_file_id"
+    " expires_at, max_cost_nanos, max_cost_mode, rerun_of, original_id, endpoint, input_file_id"
 )  # api: the API that created the batch (relay, openai, anthropic), whose view reads it by default
 
 
@@ -306,28 +306,60 @@ def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[
 # A capped batch whose items' recorded cost reached its cap (on `batches b`): its items not started yet never start.
 OVER_BUDGET = ("b.max_cost_nanos <= (SELECT coalesce(sum(p.cost_nanos), 0) FROM batch_progress p"
                " WHERE p.batch_id = b.id)")
+# What a hard-capped batch has spent or holds: the recorded cost of its final items plus the bounds its running items
+# reserved (a final swaps its item's bound for its cost, never more: the sum only shrinks between claims).
+_COMMITTED = ("(SELECT coalesce(sum(p.cost_nanos + p.reserved_nanos), 0) FROM batch_progress p"
+              " WHERE p.batch_id = b.id)")
+HARD = "b.max_cost_mode = 'hard'"
 _CLAIM = f"""
 WITH claimed AS (
-    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b
+    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now(),
+           reserved_nanos = %(bound)s::bigint FROM batches b
     WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
       AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
-      AND (b.max_cost_nanos IS NULL OR NOT ({OVER_BUDGET}))
+      AND (b.max_cost_nanos IS NULL
+           OR (b.max_cost_mode IS DISTINCT FROM 'hard' AND NOT ({OVER_BUDGET}))
+           OR ({HARD} AND %(bound)s::bigint IS NOT NULL AND %(bound)s::bigint + {_COMMITTED} <= b.max_cost_nanos))
     RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
               b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
 ), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running) SELECT id, %(counter)s, 1 FROM claimed
-    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + 1
+    INSERT INTO batch_progress AS p (batch_id, counter, running, reserved_nanos)
+    SELECT id, %(counter)s, 1, coalesce(%(bound)s::bigint, 0) FROM claimed
+    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + 1,
+        reserved_nanos = p.reserved_nanos + excluded.reserved_nanos
 )
 SELECT * FROM claimed
 """
 
 
-def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None) -> Row | None:
+def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None,
+               bound: int | None = None) -> Row | None:
     """queued → running for WORKER_ID unless the batch is cancelled, past its deadline or at its spend cap (counted
     in COUNTER's progress row, by default the worker's own; rows of one batch are only ever summed, so a claim may
-    count in one row and the final state in another); the batch row (+ item model) or None."""
+    count in one row and the final state in another); the batch row (+ item model) or None.
+
+    A hard-capped batch's item is claimed only with its cost BOUND (nano-dollars), reserved with the claim when it
+    fits under the cap beside what is spent and reserved; claims of one such batch must be made one at a time
+    (claim_reserved), or two could each find room for one."""
     return conn.execute(_CLAIM, {"worker": worker_id, "batch_id": batch_id, "idx": idx,  # type: ignore[no-any-return]
-                                 "counter": worker_id if counter is None else counter}).fetchone()
+                                 "counter": worker_id if counter is None else counter, "bound": bound}).fetchone()
+
+
+def claim_reserved(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str, bound: int) -> Row | None:
+    """claim_item of a hard-capped batch's item with its cost BOUND, in its own transaction, after the batch's claim
+    lock: the claim statement then sees every reservation committed before it. Only claims take the lock, and take
+    no other lock before it, so it never joins a deadlock."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"relay-cap:{batch_id}",))
+        return claim_item(conn, batch_id, idx, worker_id, counter, bound)
+
+
+def cap_room(conn: Conn, batch_id: UUID) -> Row | None:
+    """A hard-capped batch's cap, recorded cost and reserved bounds (nano-dollars)."""
+    return conn.execute(  # type: ignore[no-any-return]
+        "SELECT b.max_cost_nanos AS cap, coalesce(sum(p.cost_nanos), 0) AS spent,"
+        " coalesce(sum(p.reserved_nanos), 0) AS reserved FROM batches b LEFT JOIN batch_progress p"
+        " ON p.batch_id = b.id WHERE b.id = %s GROUP BY b.id", (batch_id,)).fetchone()
 
 
 _CLAIM_MANY = """
@@ -336,6 +368,7 @@ claimed AS (
     UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b, wanted w
     WHERE i.batch_id = w.batch_id AND i.idx = w.idx AND i.state = 'queued' AND b.id = i.batch_id
       AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
+      AND b.max_cost_mode IS DISTINCT FROM 'hard'
     RETURNING i.idx, b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
               b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
 ), counted AS (
@@ -380,10 +413,10 @@ def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Ro
 
 
 def batch_run_info(conn: Conn, batch_id: UUID) -> Row | None:
-    """What a worker needs of a batch before claiming its items: its policy, deadline and the submit's trace
-    context (they never change)."""
-    return conn.execute("SELECT policy_id, expires_at, trace_context FROM batches"  # type: ignore[no-any-return]
-                        " WHERE id = %s", (batch_id,)).fetchone()
+    """What a worker needs of a batch before claiming its items: its policy, deadline, shape, spend cap and the
+    submit's trace context (they never change)."""
+    return conn.execute("SELECT policy_id, expires_at, shape, max_cost_nanos, max_cost_mode, trace_context"
+                        " FROM batches WHERE id = %s", (batch_id,)).fetchone()  # type: ignore[no-any-return]
 
 
 def batches_due_to_expire(conn: Conn, limit: int = 100) -> list[Row]:

@@ -14,9 +14,13 @@ from adapters import get_adapter
 from adapters.base import SHAPES
 from adapters.canonical import validate_canonical
 from adapters.embeddings import ADAPTER as EMBEDDINGS
+from adapters.fields import MAX_CHOICES, MAX_TOKEN_LIMIT
 from schemas.batches import BatchEnvelopeSchema
 
 MAX_ERRORS = 1000  # item errors listed in one 400 answer
+# The members of an item that limit its output, per shape (the estimate's and a hard cap's output bound).
+OUTPUT_LIMIT_FIELDS = {"openai": ("max_completion_tokens", "max_tokens"), "openai_responses": ("max_output_tokens",),
+                       "anthropic": ("max_tokens",)}
 MAX_METADATA_BYTES = 16 * 1024
 MAX_METADATA_DEPTH = 16  # levels of objects and arrays in `metadata` (a deeper one could not be read back)
 _ENVELOPE = BatchEnvelopeSchema()
@@ -119,7 +123,17 @@ def item_errors(shape: str, idx: int, item: Any, *, may_hold_surrogates: bool = 
     if _is_canonical(shape, item, bool(problems)):
         return [ItemError(idx, "", "canonical /v1/generate bodies cannot be batched: "
                                    f"send the request in the {shape} shape")]
-    return [ItemError(idx, p.field, p.message) for p in problems]
+    return [ItemError(idx, p.field, p.message) for p in problems] or _limit_errors(shape, idx, item)
+
+
+def _limit_errors(shape: str, idx: int, item: dict[str, Any]) -> list[ItemError]:
+    """An output limit or `n` past what any provider takes (the typed path's TokenLimit and Choices): refused at
+    submit and estimate alike, so a cost bound is always a number a price can multiply."""
+    caps = dict.fromkeys(OUTPUT_LIMIT_FIELDS.get(shape, ()), MAX_TOKEN_LIMIT)
+    if shape == "openai":
+        caps["n"] = MAX_CHOICES
+    return [ItemError(idx, name, f"must be at most {cap}") for name, cap in caps.items()
+            if isinstance(item.get(name), int) and not isinstance(item[name], bool) and item[name] > cap]
 
 
 

@@ -96,21 +96,22 @@ WITH f AS (
     FROM f
     WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
       AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
-    RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost, f.error_code
+    RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost, f.error_code, i.reserved_nanos
 ), moved AS (
     SELECT batch_id, count(*) AS n, count(*) FILTER (WHERE from_state = 'running') AS running,
            count(*) FILTER (WHERE state = 'completed') AS completed, count(*) FILTER (WHERE state = 'discarded')
            AS discarded, count(*) FILTER (WHERE state = 'cancelled') AS cancelled, coalesce(sum(cost), 0) AS cost,
-           count(*) FILTER (WHERE error_code = 'batch_expired') AS expired
+           count(*) FILTER (WHERE error_code = 'batch_expired') AS expired,
+           coalesce(sum(reserved_nanos) FILTER (WHERE from_state = 'running'), 0) AS reserved
     FROM done GROUP BY batch_id
 ), counted AS (
     INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos,
-                                     expired)
-    SELECT batch_id, %s, -running, completed, discarded, cancelled, cost, expired FROM moved
+                                     expired, reserved_nanos)
+    SELECT batch_id, %s, -running, completed, discarded, cancelled, cost, expired, -reserved FROM moved
     ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
         completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
         cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos,
-        expired = p.expired + excluded.expired
+        expired = p.expired + excluded.expired, reserved_nanos = p.reserved_nanos + excluded.reserved_nanos
 ), tails AS (
     -- The batches these finals leave with no queued item (by the counters before this statement: its own updates
     -- are not visible to it), and whether they complete them: what was final before plus what this moves. Only

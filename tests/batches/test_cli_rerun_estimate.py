@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from devtools.processes import ROOT
-from tests.batches.helpers import CHAT
+from tests.batches.helpers import CHAT, wait_for
 from tests.batches.test_cli_output import _jsonl, cli
 
 pytestmark = pytest.mark.integration
@@ -111,12 +111,17 @@ def test_rerun_makes_a_new_batch_of_the_discarded_items_and_says_what_it_is(rela
     assert f"re-run of {original}" in made.stdout
     assert made.stderr == f"re-running 1 items; follow with: relay batches status {new_id}\n"
 
-    again = cli(relay_api.url, key, "rerun", original, "--codes", "model_not_found", "--json", "--wait")
+    twice = cli(relay_api.url, key, "rerun", original)  # the item is in a re-run already: told which
+    assert twice.returncode == 1 and twice.stderr.startswith("relay: rerun_exists: ") and new_id in twice.stderr
+    wait_for(lambda: cli(relay_api.url, key, "status", new_id, "--json").stdout.count('"finished": true'),
+             timeout=30, what="the re-run to finish")
+    again = cli(relay_api.url, key, "rerun", new_id, "--codes", "model_not_found", "--json", "--wait")
     assert again.returncode == 3, again.stderr  # the model still does not exist
     out = again.stdout.splitlines()
     assert out[1] == "completed=0 discarded=1 cancelled=0"
     batch = json.loads("\n".join(out[2:]))
-    assert batch["rerun_of"] == original and batch["total"] == 1 and batch["finished"]
+    assert batch["rerun_of"] == new_id and batch["original_id"] == original and batch["total"] == 1
+    assert batch["finished"]
     merged = [json.loads(line) for line in cli(relay_api.url, key, "results", original, "--merged").stdout.splitlines()]
     assert [(r["idx"], r["state"], r["attempts"]) for r in merged] == [(0, "completed", 1), (1, "discarded", 3),
                                                                        (2, "completed", 1)]

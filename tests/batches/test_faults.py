@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from decimal import Decimal
 
 import pytest
 
@@ -68,3 +69,33 @@ def test_a_worker_stopped_with_sigterm_finishes_its_running_items_first(client, 
     batch = wait_finished(client, key, batch_id, timeout=5)
     assert batch["counts"]["completed"] == 2
     upstream.forget("sk-batch-slow")
+
+
+def test_a_killed_workers_reservation_under_a_hard_cap_is_released_and_the_next_item_runs(
+        client, make_key, upstream, settings_env, runtime, tmp_path_factory) -> None:
+    key = make_key("slow")["key"]
+    upstream.reset()
+    item = {**CHAT, "max_tokens": 16}
+    guess = client.post("/v1/batches/estimate", json={"shape": "openai", "requests": [item]},
+                        headers={"Authorization": f"Bearer {key}"}).json
+    bound = Decimal(guess["cost_usd_max"])
+    upstream.control("sk-batch-slow", latency_ms=30_000)
+    logs = tmp_path_factory.mktemp("workers")
+    doomed = start_workers(settings_env, logs, runtime, processes=1, threads=2,
+                           **{**WORKER_SETTINGS, "batch_item_time_limit_s": 60})
+    batch_id = submit(client, key, [item, item], max_cost=float(bound * 3 / 2)).json["id"]  # room for one bound
+    wait_for(lambda: upstream.stats()["in_flight"] == 1, what="the first item calling the upstream")
+    os.killpg(doomed.proc.pid, signal.SIGKILL)
+    doomed.proc.wait(10)
+    upstream.control("sk-batch-slow", latency_ms=0)
+    survivor = start_workers(settings_env, logs, runtime, processes=1, threads=2, **WORKER_SETTINGS)
+    try:  # the second item waits for the dead claim's reservation until the reaper ends it as worker lost
+        batch = wait_finished(client, key, batch_id, timeout=60)
+    finally:
+        survivor.stop()
+    ended = sorted((i["state"], i["error_code"] or "") for i in batch["items"])  # either item may have run first
+    assert ended == [("completed", ""), ("discarded", "worker_lost")]
+    with runtime.pool.connection() as conn:
+        held = conn.execute("SELECT coalesce(sum(reserved_nanos), 0) AS n FROM batch_progress WHERE batch_id = %s",
+                            (batch_id,)).fetchone()
+    assert held["n"] == 0 and Decimal(batch["cost_usd"]) <= bound * 3 / 2  # type: ignore[index]

@@ -209,10 +209,12 @@ def test_merged_results_outlive_a_deleted_original_with_the_attempts_left(client
 def test_a_rerun_keeps_the_source_batchs_metadata_completion_window_and_cap_unless_told_otherwise(client, key,
                                                                                                   upstream) -> None:
     upstream.control("sk-batch-ok", mode="fail", fail_status=503, times=2)
-    source = submit(client, key, [CHAT, CHAT], metadata={"run": 1}, completion_window="2h", max_cost=3)
+    bounded = {**CHAT, "max_tokens": 16}  # an item a hard cap can run
+    source = submit(client, key, [bounded, bounded], metadata={"run": 1}, completion_window="2h", max_cost=3)
     done = wait_finished(client, key, source.json["id"])
     kept = rerun(client, key, done["id"], {"codes": ["all_keys_failed"]}).json
-    assert (kept["metadata"], kept["completion_window"], kept["max_cost"]) == ({"run": 1}, "2h", 3)
+    assert (kept["metadata"], kept["completion_window"], kept["max_cost"], kept["max_cost_mode"]) == (
+        {"run": 1}, "2h", 3, "hard")
     assert kept["expires_at"] > done["expires_at"]  # the window runs from the re-run's submit
-    told = rerun(client, key, done["id"], {"metadata": {"run": 2}, "max_cost": None}).json
+    told = rerun(client, key, done["id"], {"metadata": {"run": 2}, "max_cost": None, "force": True}).json
     assert (told["metadata"], told["max_cost"]) == ({"run": 2}, None)

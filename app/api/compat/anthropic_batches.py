@@ -12,6 +12,7 @@ from flask_smorest import Blueprint
 
 from app.api.callers import request_caller
 from app.api.compat.common import read_json_bytes, routes, runtime, shape_errors
+from app.api.idempotency import idempotent
 from app.api.openapi import error_answers
 from app.compat import anthropic_view
 from schemas.compat import (
@@ -37,6 +38,7 @@ def _paths(suffix: str) -> list[str]:
 
 
 @routes(blp, _paths(""), ["POST"])
+@idempotent
 @blp.doc(summary="Create a message batch",
          requestBody={"required": True, "content": {"application/json": {"schema": AnthropicCreateSchema}}})
 @blp.response(200, AnthropicBatchSchema)

@@ -13,6 +13,7 @@ from werkzeug.formparser import FormDataParser
 
 from app.api.callers import request_caller
 from app.api.compat.common import SMALL_BODY, answer, json_object, load_object, routes, runtime, shape_errors
+from app.api.idempotency import idempotent
 from app.api.openapi import error_answers
 from app.auth_model import Caller
 from app.compat import openai_files, openai_view
@@ -53,6 +54,7 @@ def _paths(suffix: str) -> list[str]:
 # -- files ------------------------------------------------------------------------------------------------------
 
 @routes(blp, _paths("/files"), ["POST"])
+@idempotent
 @blp.doc(summary="Upload a batch input file (multipart: file, purpose=batch)",
          requestBody={"required": True, "content": {"multipart/form-data": {"schema": MULTIPART_FILE}}})
 @blp.response(200, OpenAIFileSchema)
@@ -139,6 +141,7 @@ def file_content(file_id: str) -> ResponseReturnValue:
 # -- batches (the /v1/batches routes call the functions below from app/api/batches.py) -----------------------------
 
 @routes(blp, ["/openai/v1/batches"], ["POST"])
+@idempotent
 @blp.doc(summary="Create a batch from an uploaded file",
          requestBody={"required": True, "content": {"application/json": {"schema": OpenAIBatchCreateSchema}}})
 @blp.response(200, OpenAIBatchSchema)
