@@ -34,8 +34,9 @@ SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve(
 WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk
 KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang", "trickle": "sk-bench-trickle",
         "big": "sk-bench-big", "fair": "sk-bench-fair", "fast-2": "sk-bench-fast-2", "slow-2": "sk-bench-slow-2",
-        "paced": "sk-bench-paced", "rps": "sk-bench-rps"}
-POLICIES = ("fast", "slow", "hang", "limited", "trickle", "big", "fair", "real", "real-slow", "paced", "rps")
+        "paced": "sk-bench-paced", "rps": "sk-bench-rps", "soak": "sk-bench-soak"}
+POLICIES = ("fast", "slow", "hang", "limited", "trickle", "big", "fair", "real", "real-slow", "paced", "rps",
+            "soak")
 
 
 def item_body(i: int, size: int = 1024) -> dict[str, Any]:
@@ -271,6 +272,7 @@ def catalog(upstream_url: str, sizes: Sizes) -> dict[str, Any]:
              "rate_limits": [{"requests": sizes.rate_limit, "per": f"{sizes.rate_window_s}s"}]},
             real_policy("real", ["fast", "fast-2"]),
             real_policy("real-slow", ["slow", "slow-2"]),
+            real_policy("soak", ["soak"]),
             {"name": "paced", "models": ["*"], "key_pool": ["paced"], "circuit_breaker": breaker,
              "rate_limits": [{"requests": sizes.paced_limit, "per": f"{sizes.paced_window_s}s"}],
              "batch": {"pace": True, "share": sizes.paced_share}},
