@@ -58,9 +58,9 @@ def run(sizes: Sizes, only: list[str], repeat: int, json_path: Path | None, data
     peer_procs = []
     try:
         for name in peer_names:
-            proc, key = peers.PEERS[name](env, log)
+            proc, peer = peers.PEERS[name](env, log)
             peer_procs.append(proc)
-            env.peers[name] = (proc.url, key)
+            env.peers[name] = peer
         for name in [n for n in SCENARIOS if n in only]:
             started = time.monotonic()
             log(f"[bench] {name} ...")

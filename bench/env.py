@@ -52,6 +52,17 @@ def batch_body(count: int) -> tuple[bytes, list[bytes]]:
     return b'{"shape":"openai","metadata":{"bench":true},"requests":[' + b",".join(items) + b"]}", items
 
 
+@dataclass(frozen=True)
+class Peer:
+    """A peer gateway started with --peer: its base URL, the key its callers send, the headers they send besides
+    (Portkey's routing), and whether the slow-clients scenario knows its health path and slow models."""
+
+    url: str
+    key: str
+    headers: dict[str, str] = field(default_factory=dict)
+    slow_clients: bool = True
+
+
 @dataclass
 class BenchEnv:
     """Everything a scenario needs; `close()` stops the processes and drops the scratch database."""
@@ -66,7 +77,7 @@ class BenchEnv:
     api: RelayProcess | None = None
     workers: RelayProcess | None = None
     http: requests.Session = field(default_factory=requests.Session)
-    peers: dict[str, tuple[str, str]] = field(default_factory=dict)  # peer gateway (--peer) → (base URL, key)
+    peers: dict[str, Peer] = field(default_factory=dict)  # peer gateways started with --peer, by name
 
     @classmethod
     def create(cls, sizes: Sizes, name: str = "relay_bench") -> BenchEnv:
