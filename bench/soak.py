@@ -48,9 +48,8 @@ def soak(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     middle, wal = table_sizes(env.conn), wal_bytes(env.conn, lsn)
     retained = half * sizes.soak_items
     _record_sizes(env, results, growth(middle, start), retained, wal)
-    cutoff = env.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    _purge(env, cutoff)
-    _wait_vacuum(env, cutoff, sizes.soak_vacuum_wait_s, results)
+    _purge(env, _db_now(env))
+    _wait_vacuum(env, _db_now(env), sizes.soak_vacuum_wait_s, results)
     purged = table_sizes(env.conn)
     second = _drain(env, sizes, body, sizes.soak_batches - half, samples)
     _record_reuse(results, start, middle, purged, table_sizes(env.conn))
@@ -81,6 +80,10 @@ def _drain(env: BenchEnv, sizes: Sizes, body: bytes, count: int, samples: list[S
         time.sleep(SAMPLE_S)
 
 
+def _db_now(env: BenchEnv) -> datetime:
+    return env.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index,no-any-return]
+
+
 def _rss(env: BenchEnv) -> tuple[int, int]:
     """kB resident in the API's processes and in the workers' processes."""
     api = sysstat.descendants(env.api.proc.pid) if env.api is not None else []
@@ -98,8 +101,8 @@ def _purge(env: BenchEnv, cutoff: datetime) -> None:
 
 
 def _wait_vacuum(env: BenchEnv, since: datetime, wait_s: float, results: Results) -> None:
-    """Give autovacuum WAIT_S to visit batch_items after the purge (the space it frees is reused only then); a
-    plain VACUUM of the purged tables when it did not (noted)."""
+    """Give autovacuum WAIT_S to visit batch_items after the purge ended at SINCE (the space it frees is reused only
+    then); a plain VACUUM of the purged tables when it did not (noted)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         row = env.conn.execute("SELECT last_autovacuum >= %s FROM pg_stat_user_tables WHERE relname = 'batch_items'",
