@@ -8,6 +8,7 @@ Sized by `python -m bench --only soak --soak 10x100000` (the issue's million); `
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -149,21 +150,28 @@ def _total(sizes: dict[str, TableSize], names: tuple[str, ...] | None) -> int:
 
 def _record_tenths(results: Results, samples: list[Sample], total: int) -> None:
     """Items/s in each tenth of the run (by items), and RSS growth after the first tenth (API and workers)."""
-    marks: list[Sample] = []
-    for k in range(1, 11):
-        marks.append(next((s for s in samples if s.done >= total * k / 10), samples[-1]))
-    rates, previous = [], Sample(0.0, 0, 0, 0)
-    for k, mark in enumerate(marks, start=1):
-        rate = (mark.done - previous.done) / max(mark.drained_s - previous.drained_s, SAMPLE_S)
-        rates.append(rate)
+    marks = [next((s for s in samples if s.done >= total * k / 10), samples[-1]) for k in range(1, 11)]
+    times = [0.0] + [_crossed(samples, total * k / 10) for k in range(1, 11)]
+    rates = [total / 10 / max(end - start, 1e-3) for start, end in itertools.pairwise(times)]
+    for k, rate in enumerate(rates, start=1):
         results.add("soak", f"items/s, tenth {k}", rate, "items/s")
-        previous = mark
-    results.add("soak", "items/s: last tenth ÷ first tenth", rates[-1] / rates[0] if rates[0] else 0.0, "x",
-                target=(">=", 0.9))
+    results.add("soak", "items/s: last tenth ÷ first tenth", rates[-1] / rates[0], "x", target=(">=", 0.9))
     for who in ("api", "workers"):
         series = [getattr(m, f"{who}_kb") for m in marks]
         results.add("soak", f"{who} RSS growth after the first tenth", _growth_pct(series), "%", target=("<=", 10))
         results.notes.append(f"soak: {who} RSS per tenth (MiB): {', '.join(f'{kb / 1024:.0f}' for kb in series)}")
+
+
+def _crossed(samples: list[Sample], done: float) -> float:
+    """Seconds of draining when DONE items were final, interpolated between the two samples around it (a tenth of
+    a small run can end between two samples)."""
+    before = Sample(0.0, 0, 0, 0)
+    for sample in samples:
+        if sample.done >= done:
+            share = (done - before.done) / (sample.done - before.done) if sample.done > before.done else 1.0
+            return before.drained_s + share * (sample.drained_s - before.drained_s)
+        before = sample
+    return samples[-1].drained_s
 
 
 def _growth_pct(series: list[int]) -> float:
