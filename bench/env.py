@@ -34,8 +34,9 @@ SERVICES_DIR = Path(os.environ.get("RELAY_SERVICES_DIR", Path(__file__).resolve(
 WORK_ROOT = Path(__file__).resolve().parent / "results"  # git-ignored; payload files on the project's disk
 KEYS = {"fast": "sk-bench-fast", "slow": "sk-bench-slow", "hang": "sk-bench-hang", "trickle": "sk-bench-trickle",
         "big": "sk-bench-big", "fair": "sk-bench-fair", "fast-2": "sk-bench-fast-2", "slow-2": "sk-bench-slow-2",
-        "paced": "sk-bench-paced", "rps": "sk-bench-rps"}
-POLICIES = ("fast", "slow", "hang", "limited", "trickle", "big", "fair", "real", "real-slow", "paced", "rps")
+        "paced": "sk-bench-paced", "rps": "sk-bench-rps", "soak": "sk-bench-soak"}
+POLICIES = ("fast", "slow", "hang", "limited", "trickle", "big", "fair", "real", "real-slow", "paced", "rps",
+            "soak")
 
 
 def item_body(i: int, size: int = 1024) -> dict[str, Any]:
@@ -49,6 +50,17 @@ def batch_body(count: int) -> tuple[bytes, list[bytes]]:
     """A POST /v1/batches body of COUNT ~1 KB openai items, and each item's bytes."""
     items = [json.dumps(item_body(i)).encode() for i in range(count)]
     return b'{"shape":"openai","metadata":{"bench":true},"requests":[' + b",".join(items) + b"]}", items
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer gateway started with --peer: its base URL, the key its callers send, the headers they send besides
+    (Portkey's routing), and whether the slow-clients scenario knows its health path and slow models."""
+
+    url: str
+    key: str
+    headers: dict[str, str] = field(default_factory=dict)
+    slow_clients: bool = True
 
 
 @dataclass
@@ -65,7 +77,7 @@ class BenchEnv:
     api: RelayProcess | None = None
     workers: RelayProcess | None = None
     http: requests.Session = field(default_factory=requests.Session)
-    peers: dict[str, tuple[str, str]] = field(default_factory=dict)  # peer gateway (--peer) → (base URL, key)
+    peers: dict[str, Peer] = field(default_factory=dict)  # peer gateways started with --peer, by name
 
     @classmethod
     def create(cls, sizes: Sizes, name: str = "relay_bench") -> BenchEnv:
@@ -271,6 +283,7 @@ def catalog(upstream_url: str, sizes: Sizes) -> dict[str, Any]:
              "rate_limits": [{"requests": sizes.rate_limit, "per": f"{sizes.rate_window_s}s"}]},
             real_policy("real", ["fast", "fast-2"]),
             real_policy("real-slow", ["slow", "slow-2"]),
+            real_policy("soak", ["soak"]),
             {"name": "paced", "models": ["*"], "key_pool": ["paced"], "circuit_breaker": breaker,
              "rate_limits": [{"requests": sizes.paced_limit, "per": f"{sizes.paced_window_s}s"}],
              "batch": {"pace": True, "share": sizes.paced_share}},

@@ -8,7 +8,9 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
 import requests
 
@@ -16,7 +18,13 @@ from bench.env import KEYS, MODEL, BenchEnv, item_body
 from bench.report import Results
 from bench.sizes import Sizes
 
-Target = tuple[str, str]  # (URL, key)
+
+class Target(NamedTuple):
+    """Where a call goes: the URL, the bearer key, and any other headers the gateway needs."""
+
+    url: str
+    key: str
+    headers: Mapping[str, str] = MappingProxyType({})
 
 
 # Targets: (sequential added p50, p99 in ms; 32 clients' throughput ÷ direct). The real policy's are issue #23's.
@@ -29,12 +37,13 @@ def live(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     key), then every peer started with --peer, each beside the direct call measured in the same run."""
     env.stop_workers()
     body = json.dumps(item_body(0)).encode()
-    direct = (f"{env.upstream.url}/v1/chat/completions", KEYS["fast"])
+    direct = Target(f"{env.upstream.url}/v1/chat/completions", KEYS["fast"])
     url = f"{env.api_url}/v1/chat/completions"
-    gateways = {"live": ((url, env.keys["real"]), REAL_TARGETS),
-                "live (bare policy)": ((url, env.keys["fast"]), BARE_TARGETS),
-                **{f"live ({name})": ((f"{peer}/v1/chat/completions", key), BARE_TARGETS)
-                   for name, (peer, key) in env.peers.items()}}
+    gateways = {"live": (Target(url, env.keys["real"]), REAL_TARGETS),
+                "live (bare policy)": (Target(url, env.keys["fast"]), BARE_TARGETS),
+                **{f"live ({name})": (Target(f"{peer.url}/v1/chat/completions", peer.key, peer.headers),
+                                      BARE_TARGETS)
+                   for name, peer in env.peers.items()}}
     for _ in range(repeat):
         for scenario, (gateway, targets) in gateways.items():
             measure_gateway(results, scenario, gateway, direct, body, sizes, targets)
@@ -108,10 +117,11 @@ def concurrent(target: Target, body: bytes, count: int, clients: int) -> tuple[l
 
 
 def post(session: requests.Session, target: Target, body: bytes) -> requests.Response:
-    res = session.post(target[0], data=body, timeout=60,
-                       headers={"Authorization": f"Bearer {target[1]}", "content-type": "application/json"})
+    res = session.post(target.url, data=body, timeout=60,
+                       headers={"Authorization": f"Bearer {target.key}", "content-type": "application/json",
+                                **target.headers})
     if res.status_code != 200:
-        raise RuntimeError(f"{target[0]} answered {res.status_code}: {res.text[:300]}")
+        raise RuntimeError(f"{target.url} answered {res.status_code}: {res.text[:300]}")
     return res
 
 

@@ -17,7 +17,7 @@ import time
 import requests
 
 from bench.env import BenchEnv, batch_body, item_body
-from bench.live import p99, post
+from bench.live import Target, p99, post
 from bench.report import Results
 from bench.sizes import Sizes
 
@@ -103,7 +103,7 @@ def _live_until(env: BenchEnv, sizes: Sizes, stop: threading.Event) -> list[tupl
     every = 60.0 / sizes.paced_live_per_min
     found: list[tuple[int, float]] = []
     with requests.Session() as session:
-        post(session, (f"{env.api_url}/v1/chat/completions", env.keys["fast"]), body)  # warm the connection
+        post(session, Target(f"{env.api_url}/v1/chat/completions", env.keys["fast"]), body)  # warm the connection
         due = time.monotonic()
         headers = {"Authorization": f"Bearer {target[1]}", "content-type": "application/json"}
         while not stop.is_set():

@@ -1,11 +1,14 @@
-"""Peer gateways for `python -m bench --peer NAME`: installed on first use into their own virtualenv under
-`.bench-peers/` (git-ignored; never a dependency of Relay) and started beside Relay on the same fake upstream, so
-the live scenarios run against both and the report shows Relay ÷ peer."""
+"""Peer gateways for `python -m bench --peer NAME`: installed on first use under `.bench-peers/` (git-ignored; never
+a dependency of Relay: LiteLLM into its own virtualenv, Portkey's gateway from npm), started on loopback beside
+Relay on the same fake upstream, so the live scenarios run against each and the report shows Relay ÷ peer."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -14,13 +17,24 @@ from pathlib import Path
 
 import requests
 
-from bench.env import KEYS, MODEL, BenchEnv
+from bench.env import KEYS, MODEL, BenchEnv, Peer
 from bench.report import Results
 from devtools.processes import RelayProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / ".bench-peers"
 LITELLM = "litellm[proxy]==1.108.7"  # the version the issue compared against
+PORTKEY = "@portkey-ai/gateway@1.15.2"  # likewise
+PORTKEY_DIR = PEERS_DIR / "portkey"
+# Loaded before Portkey's gateway (node --import): it listens on every interface at a fixed port (8787 or --port);
+# this makes it listen on loopback at the port the OS gives, and print that port for start_portkey to read.
+PORTKEY_LOOPBACK = """import http from "node:http";
+const listen = http.Server.prototype.listen;
+http.Server.prototype.listen = function (...args) {
+  this.once("listening", () => console.log(`relay-bench-port=${this.address().port}`));
+  return listen.call(this, { port: 0, host: "127.0.0.1" }, ...args.filter((a) => typeof a === "function"));
+};
+"""
 # model name on the peer → the fake upstream key it calls with (the same keys Relay's bench policies use)
 PEER_MODELS = {MODEL: KEYS["fast"], f"{MODEL}-trickle": KEYS["trickle"], f"{MODEL}-big": KEYS["big"]}
 
@@ -46,7 +60,7 @@ def litellm_config(upstream_url: str, master_key: str) -> str:
                        "general_settings": {"master_key": master_key}})
 
 
-def start_litellm(env: BenchEnv, log: Callable[[str], None], workers: int = 2) -> tuple[RelayProcess, str]:
+def start_litellm(env: BenchEnv, log: Callable[[str], None], workers: int = 2) -> tuple[RelayProcess, Peer]:
     """The LiteLLM proxy (WORKERS processes, as many as Relay's API) on a free loopback port, once it answers, and
     its master key (the callers' key)."""
     command = install_litellm(log)
@@ -65,7 +79,7 @@ def start_litellm(env: BenchEnv, log: Callable[[str], None], workers: int = 2) -
             raise RuntimeError(f"litellm exited early:\n{peer.log()[-3000:]}")
         try:
             if requests.get(peer.url + "/health/liveliness", timeout=2).status_code == 200:
-                return peer, key
+                return peer, Peer(peer.url, key)
         except requests.RequestException:
             pass
         time.sleep(0.5)
@@ -73,8 +87,47 @@ def start_litellm(env: BenchEnv, log: Callable[[str], None], workers: int = 2) -
     raise RuntimeError(f"litellm did not start:\n{peer.log()[-3000:]}")
 
 
-PEERS: dict[str, Callable[[BenchEnv, Callable[[str], None]], tuple[RelayProcess, str]]] = {
-    "litellm": start_litellm}
+def install_portkey(log: Callable[[str], None]) -> Path:
+    """The entry script of Portkey's gateway in .bench-peers/portkey, installing it there with npm first when
+    missing."""
+    folder = PORTKEY_DIR
+    script = folder / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+    if not script.exists():
+        if shutil.which("npm") is None:
+            raise RuntimeError("--peer portkey needs Node.js and npm (apt-get install nodejs npm)")
+        log(f"[bench] installing {PORTKEY} into {folder} (first use only) ...")
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error",
+                        PORTKEY], check=True)
+    (folder / "loopback.mjs").write_text(PORTKEY_LOOPBACK)
+    return script
+
+
+def start_portkey(env: BenchEnv, log: Callable[[str], None]) -> tuple[RelayProcess, Peer]:
+    """Portkey's gateway (one Node process: it has no worker option) on loopback, once it answers. It keeps no
+    keys: a caller names the provider and host in headers and sends the upstream key itself (the bare policy's)."""
+    script = install_portkey(log)
+    log_path = env.work / "portkey.log"
+    proc = subprocess.Popen(["node", "--import", (PORTKEY_DIR / "loopback.mjs").as_uri(), str(script),
+                             "--headless"], stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=env.work, env={**os.environ, "NODE_ENV": "production"})
+    peer = RelayProcess(proc=proc, log_path=log_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"portkey exited early:\n{peer.log()[-3000:]}")
+        found = re.search(r"relay-bench-port=(\d+)", peer.log())
+        if found:
+            peer.url = f"http://127.0.0.1:{found.group(1)}"
+            headers = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{env.upstream.url}/v1"}
+            return peer, Peer(peer.url, KEYS["fast"], headers, slow_clients=False)
+        time.sleep(0.2)
+    peer.stop()
+    raise RuntimeError(f"portkey did not start:\n{peer.log()[-3000:]}")
+
+
+PEERS: dict[str, Callable[[BenchEnv, Callable[[str], None]], tuple[RelayProcess, Peer]]] = {
+    "litellm": start_litellm, "portkey": start_portkey}
 
 
 def comparison(results: Results, peer: str) -> str:

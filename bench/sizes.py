@@ -41,6 +41,10 @@ class Sizes:
     rps_key_limit: int = 50
     webhook_batches: int = 100  # batches ending at once, each with a callback_url ...
     webhook_items: int = 5  # ... of this many items
+    soak_batches: int = 10  # the soak: this many batches (the first half purged before the second) ...
+    soak_items: int = 100_000  # ... of this many items ...
+    soak_latency_ms: int = 20  # ... on an upstream answering in this long
+    soak_vacuum_wait_s: float = 180.0  # how long the soak waits for autovacuum after the purge
 
 
 FULL = Sizes()
@@ -48,11 +52,11 @@ QUICK = Sizes(accept=(2_000, 10_000), drain=4_000, slow_items=1_000, slow_concur
               rate_limit=1_000, rate_window_s=20, reads_items=10_000, read_gets=30, live_requests=300,
               cancel_items=100, slow_probes=50, files_items=10_000, fair_big=4_000, fair_window_s=15.0,
               paced_items=2_000, paced_limit=1_500, paced_window_s=20, paced_live_per_min=600,
-              paced_live_baseline_s=10.0, rps_items=1_000)
+              paced_live_baseline_s=10.0, rps_items=1_000, soak_batches=2, soak_items=20_000)
 TINY = Sizes(accept=(40,), drain=60, drain_workers=(1, 4), slow_items=20, slow_concurrency=10, slow_latency_ms=200,
              limited_items=30, rate_limit=20, rate_window_s=2, reads_items=50, read_gets=5, live_requests=20,
              live_clients=4, cancel_items=6, slow_clients=20, slow_probes=5, slow_wait_s=15.0,
              api_deadlines=(1, 1.0), files_items=40, fair_big=60, fair_small=2, fair_delay_s=0.5, fair_latency_ms=100,
              fair_window_s=1.0, paced_items=40, paced_limit=50, paced_window_s=2, paced_live_per_min=120,
              paced_live_baseline_s=1.0, rps_items=40, rps_key_limit=20, webhook_batches=5,
-             webhook_items=2)
+             webhook_items=2, soak_batches=2, soak_items=40, soak_latency_ms=5, soak_vacuum_wait_s=0.0)

@@ -40,6 +40,11 @@ class Opened:
     request_id: str = ""
 
 
+def _slow_peers(env: BenchEnv) -> list[tuple[str, tuple[str, str]]]:
+    """(name, (base URL, key)) of the peers this scenario can drive (LiteLLM's health path and slow models)."""
+    return [(name, (peer.url, peer.key)) for name, peer in env.peers.items() if peer.slow_clients]
+
+
 def slow_clients(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     env.stop_workers()
     if sizes.api_deadlines is not None:  # small sizes: short deadlines, so the scenario takes seconds
@@ -48,7 +53,7 @@ def slow_clients(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> 
                                           (env.keys["big"], MODEL))}
     targets.update({f"slow clients ({name})": SlowTarget(url, key, "/health/liveliness", (key, f"{MODEL}-trickle"),
                                                          (key, f"{MODEL}-big"))
-                    for name, (url, key) in env.peers.items()})
+                    for name, (url, key) in _slow_peers(env)})
     try:
         for _ in range(repeat):
             for scenario, target in targets.items():

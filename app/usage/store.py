@@ -13,6 +13,7 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from app.cursors import EventCursor
+from app.usage.events import REQUEST_ID_SQL
 from app.usage.queries import UsageFilter, Visibility, sum_counters
 
 Where = tuple[str, list[Any]]
@@ -65,8 +66,8 @@ PRINCIPAL_NAME = ("CASE e.principal_kind WHEN 'user' THEN (SELECT name FROM user
                   " WHEN 'service_account' THEN (SELECT name FROM service_accounts WHERE id = e.principal_id)"
                   " END AS principal")
 
-_EVENT_COLUMNS = """e.id, e.request_id, e.source, e.created_at, e.started_at, e.duration_ms, e.route, e.status,
-  e.upstream_status, e.error_code, e.model_requested, e.model_resolved, e.host_id, e.host_name, e.binding_id,
+_EVENT_COLUMNS = "e.id, " + REQUEST_ID_SQL + """, e.source, e.created_at, e.started_at, e.duration_ms, e.route,
+  e.status, e.upstream_status, e.error_code, e.model_requested, e.model_resolved, e.host_id, e.host_name, e.binding_id,
   e.adapter, e.host_key_name, e.credential_kind, e.credential_id, e.relay_key_hash, e.principal_kind,
   e.principal_id, e.policy_id, e.project_id, e.team_id, e.input_tokens, e.output_tokens, e.cached_tokens,
   e.cost_nanos, e.attempts, e.streamed, e.batch_id, e.batch_idx, e.custom_id,

@@ -77,3 +77,15 @@ def test_a_cancel_between_two_items_of_a_message_stops_the_rest(client, key, run
     # stop it; none runs in this process): the items after it never start.
     assert states[0] == "completed" and states[1] in ("completed", "cancelled") and states[2:] == ["cancelled"] * 2
     assert len(usage_events(runtime, batch_id)) == 4
+
+
+def test_an_items_usage_event_shows_a_request_id_it_does_not_store(client, key, runtime, ctx, upstream) -> None:
+    batch_id = submit(client, key, [CHAT] * 3).json["id"]
+    assert run_items(ctx, UUID(batch_id), [0, 1, 2]) == []
+    with runtime.pool.connection() as conn:
+        stored = conn.execute("SELECT request_id FROM usage_events WHERE batch_id = %s", (batch_id,)).fetchall()
+    assert [row["request_id"] for row in stored] == [None] * 3  # 42 bytes a row the readers can make
+    res = client.get("/v1/usage/events", query_string={"batch_id": batch_id},
+                     headers={"Authorization": f"Bearer {key}"})
+    assert res.status_code == 200, res.get_data(as_text=True)
+    assert sorted(e["request_id"] for e in res.json["events"]) == [f"{batch_id}:{idx}" for idx in range(3)]

@@ -25,7 +25,7 @@ def test_every_bench_scenario_produces_numbers(services: ServiceUrls, tmp_path: 
     assert scenarios == {"accept", "reads", "live", "live (bare policy)", "slow clients", "drain",
                          "drain (bare policy)", "rate-limited", "slow drain", "cancel", "fair share", "pacing", "files",
                          "object store", "webhooks", "live, tracing off", "live, tracing on", "drain, tracing off",
-                         "drain, tracing on"}
+                         "drain, tracing on", "soak"}
     for fig in results.figures.values():
         assert fig.values and all(math.isfinite(v) for v in fig.values), fig.name
     assert "| scenario |" in results.table()

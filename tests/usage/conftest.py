@@ -85,10 +85,13 @@ def insert_event(runtime: Any, caller: Caller, at: datetime, **fields: Any) -> i
     fields.setdefault("source", "live")
     fields.setdefault("status", 200)
     event = UsageEvent.for_caller(caller, request_id=request_id, policy_id=caller.policy_id, **fields)
+    # A batch item's event is found by its batch and index (its request id is not stored).
+    where, key = (("batch_id = %s AND batch_idx = %s", (event.batch_id, event.batch_idx)) if event.batch_id
+                  else ("request_id = %s", (request_id,)))
     with runtime.pool.connection() as conn:
         commit_records(conn, [], [UsageRecord(event)])
-        row = conn.execute("UPDATE usage_events SET created_at = %s WHERE request_id = %s RETURNING id",
-                           (at, request_id)).fetchone()
+        row = conn.execute(f"UPDATE usage_events SET created_at = %s WHERE {where} RETURNING id",
+                           (at, *key)).fetchone()
     return int(row["id"])
 
 
