@@ -16,7 +16,7 @@ from flask_smorest import Blueprint
 from app.access.cache import get_catalog
 from app.api.bodies import decode_object, json_text, read_body, require_json
 from app.api.callers import request_caller
-from app.api.inference_errors import shaped_error
+from app.api.inference_errors import shaped_error, shaped_headers
 from app.api.openapi import error_answers
 from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.errors import (
@@ -77,14 +77,14 @@ def _validate(shape: str, body: dict[str, Any]) -> None:
                                details=details)
 
 
-def _respond(result: InferenceResult) -> Response:
+def _respond(shape: str, result: InferenceResult) -> Response:
     if result.stream is not None:
         response = Response(result.stream, status=result.status, mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.headers["X-Accel-Buffering"] = "no"
     else:
         response = Response(result.body or b"", status=result.status, content_type=result.content_type)
-    response.headers.update(result.headers)
+    response.headers.update(shaped_headers(shape, result.headers))
     return response
 
 
@@ -96,7 +96,7 @@ def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]
             _validate(shape, body)
             call = InferenceCall(shape=shape, body=body, caller=caller, policy_id=caller.policy_id,
                                  source="live", request_id=g.request_id, route=route)
-            return _respond(run_inference(_runtime(), call))
+            return _respond(shape, run_inference(_runtime(), call))
         except RelayError as exc:
             return shaped_error(shape, exc)
 
