@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Response, current_app, g
+from flask import Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
@@ -105,8 +105,10 @@ def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]
     return view
 
 
-def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
+def _models_view(anthropic_prefix: bool) -> Callable[[], ResponseReturnValue]:
     def view() -> ResponseReturnValue:
+        # Anthropic's SDK calls /v1/models too (its base URL has no /anthropic): its `anthropic-version` tells it
+        anthropic = anthropic_prefix or "anthropic-version" in request.headers
         try:
             caller = request_caller()
         except RelayError as exc:
@@ -115,13 +117,14 @@ def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
         policy = snapshot.policies.get(caller.policy_id)
         names = sorted(n for n, m in snapshot.models.items() if m.enabled and policy is not None and policy.grants(n))
         if anthropic:
-            data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+            data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z",
+                     "lifecycle": "active"} for n in names]  # only enabled models are listed
             return {"data": data, "has_more": False, "first_id": names[0] if names else None,
                     "last_id": names[-1] if names else None}
         return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "relay"}
                                            for n in names]}
 
-    view.__name__ = "models_anthropic" if anthropic else "models_openai"
+    view.__name__ = "models_anthropic" if anthropic_prefix else "models_openai"
     view.__doc__ = "The models the caller's policy grants"
     return view
 

@@ -96,6 +96,9 @@ def test_every_error_of_the_message_batch_routes_is_anthropics_error_object(rela
 def test_the_live_messages_route_answers_as_anthropics_types_with_its_header_names(relay_api, make_key) -> None:  # type: ignore[no-untyped-def]
     api = Api(relay_api.url + "/v1", make_key()["key"], anthropic=True)
     check.anthropic("Message", api.ok("POST", "/messages", json=message("hello")))
+    models = api.ok("GET", "/models")  # under /v1, which OpenAI's SDK calls too: told apart by anthropic-version
+    check.anthropic("MessageBatchList", {**models, "data": []})  # the same page envelope as the batches' list
+    assert models["data"] and all(check.anthropic("ModelInfo", model) for model in models["data"])
     _error(api.call("POST", "/messages", json=message("hello", model="no-such-model")), 404, "not_found_error")
     limited = Api(relay_api.url + "/anthropic/v1", make_key("limited")["key"], anthropic=True)
     answers = [limited.call("POST", "/messages", json=message("hello")) for _ in range(2)]  # 1 request an hour

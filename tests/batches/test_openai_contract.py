@@ -122,6 +122,7 @@ def test_an_upload_with_an_expiry_out_of_range_is_refused_naming_expires_after(r
 def test_the_live_routes_answer_as_openais_document(relay_api, make_key, upstream) -> None:  # type: ignore[no-untyped-def]
     api = Api(relay_api.url + "/v1", make_key()["key"])
     check.openai("CreateChatCompletionResponse", api.ok("POST", "/chat/completions", json=chat("hello")))
+    check.openai("Response", api.ok("POST", "/responses", json={"model": "gpt-5-responses", "input": "hello"}))
     check.openai("ListModelsResponse", api.ok("GET", "/models"))
     _error(api.call("POST", "/chat/completions", json=chat("hello", model="no-such-model")), 404)
     limited = Api(relay_api.url + "/v1", make_key("failing")["key"])

@@ -14,7 +14,7 @@ from typing import Any
 
 HERE = Path(__file__).parent / "contracts"
 OPENAI_ROOTS = ("Batch", "ListBatchesResponse", "OpenAIFile", "ListFilesResponse", "DeleteFileResponse",
-                "ErrorResponse", "CreateChatCompletionResponse", "CreateEmbeddingResponse",
+                "ErrorResponse", "CreateChatCompletionResponse", "CreateEmbeddingResponse", "Response",
                 "ListModelsResponse")
 
 
