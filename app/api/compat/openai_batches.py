@@ -74,11 +74,12 @@ def upload_file() -> ResponseReturnValue:
 def _expires_after(form: Mapping[str, str]) -> int | None:
     """The upload's `expires_after` (the SDK sends `expires_after[anchor]` and `expires_after[seconds]`): its
     seconds, None without one; 400 naming `expires_after` when it is not OpenAI's."""
-    given = {name: form[f"expires_after[{name}]"] for name in ("anchor", "seconds") if f"expires_after[{name}]" in form}
+    given: dict[str, Any] = {name: form[f"expires_after[{name}]"] for name in ("anchor", "seconds")
+                             if f"expires_after[{name}]" in form}
     if not given:
         return None
-    if given.get("seconds", "").isdigit():
-        given["seconds"] = int(given["seconds"])  # type: ignore[assignment]
+    if str(given.get("seconds", "")).isdigit():
+        given["seconds"] = int(given["seconds"])  # a form's text; ExpiresAfterSchema takes JSON's integer
     try:
         return ExpiresAfterSchema().load(given)["seconds"]  # type: ignore[no-any-return]
     except ValidationError as exc:
