@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -156,3 +157,29 @@ class MessagesAdapter:
 
 
 ADAPTER: ShapeAdapter = MessagesAdapter()
+
+
+_RATELIMIT_NAMES = {  # Relay's OpenAI-style rate-limit headers → Anthropic's names
+    "x-ratelimit-limit-requests": "anthropic-ratelimit-requests-limit",
+    "x-ratelimit-remaining-requests": "anthropic-ratelimit-requests-remaining",
+    "x-ratelimit-reset-requests": "anthropic-ratelimit-requests-reset",
+    "x-ratelimit-limit-tokens": "anthropic-ratelimit-tokens-limit",
+    "x-ratelimit-remaining-tokens": "anthropic-ratelimit-tokens-remaining",
+    "x-ratelimit-reset-tokens": "anthropic-ratelimit-tokens-reset",
+}
+
+
+def ratelimit_headers(headers: dict[str, str], now: datetime) -> dict[str, str]:
+    """HEADERS with Relay's `x-ratelimit-*` under Anthropic's `anthropic-ratelimit-*` names, a reset (`12s`) as the
+    RFC 3339 time Anthropic gives; every other header as it is."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        renamed = _RATELIMIT_NAMES.get(name.lower())
+        if renamed is None:
+            out[name] = value
+        elif renamed.endswith("-reset"):
+            seconds = int(value.rstrip("s")) if value.rstrip("s").isdigit() else 0
+            out[renamed] = (now + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        else:
+            out[renamed] = value
+    return out

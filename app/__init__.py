@@ -78,7 +78,9 @@ def _register_request_hooks(app: Flask) -> None:
 
     @app.after_request
     def add_request_id(response):  # type: ignore[no-untyped-def]
-        response.headers["x-request-id"] = getattr(g, "request_id", "")
+        request_id = getattr(g, "request_id", "")
+        response.headers["x-request-id"] = request_id
+        response.headers["request-id"] = request_id  # the name Anthropic's SDK reads (`request_id`)
         return response
 
 

@@ -35,7 +35,7 @@ class Settings:
     max_request_bytes: int = 32 * 1024 * 1024
     files_max_bytes: int = 200 * 1024 * 1024  # an OpenAI Files API upload (OpenAI's batch input limit)
     openai_batch_max_requests: int = 50_000  # lines of an OpenAI batch input file (OpenAI's limit)
-    provider_batch_expiry_s: float = 0.0  # OpenAI/Anthropic API batches: queued requests expire after this; 0 = never
+    provider_batch_expiry_s: float = 86400.0  # OpenAI/Anthropic API batches: queued requests expire (24 h); 0 = never
     upstream_connect_timeout_s: float = 10.0
     upstream_read_timeout_s: float = 300.0
     payload_log_max_bytes: int = 64 * 1024

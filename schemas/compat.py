@@ -12,10 +12,24 @@ from schemas.webhooks import CallbackSchema
 OPENAI_BATCH_STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
                          "cancelled")
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+EXPIRY_RANGE_S = (3600, 2_592_000)  # OpenAI's bounds of `expires_after.seconds`: an hour to 30 days
 MULTIPART_FILE = {"type": "object", "required": ["file", "purpose"], "properties": {
     "file": {"type": "string", "format": "binary", "description": "a JSONL file of {custom_id, method, url, body}"},
     "purpose": {"type": "string", "enum": ["batch"]},
+    "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
+    "expires_after[seconds]": {"type": "integer", "minimum": EXPIRY_RANGE_S[0], "maximum": EXPIRY_RANGE_S[1],
+                               "description": "the file expires this long after its upload (default: never)"},
 }}
+
+
+class ExpiresAfterSchema(Schema):
+    """OpenAI's file expiration policy: `seconds` (an hour to 30 days) after `anchor` (`created_at`)."""
+
+    class Meta:
+        unknown = RAISE
+
+    anchor = fields.String(required=True, validate=validate.OneOf(("created_at",)))
+    seconds = fields.Integer(required=True, strict=True, validate=validate.Range(*EXPIRY_RANGE_S))
 
 
 class OpenAIBatchCreateSchema(CallbackSchema):
@@ -30,8 +44,8 @@ class OpenAIBatchCreateSchema(CallbackSchema):
                              metadata={"description": "/v1/chat/completions or /v1/responses"})
     completion_window = fields.String(required=True, validate=validate.OneOf(("24h",)))
     metadata = fields.Dict(keys=fields.String(), values=fields.String(), load_default=None, allow_none=True)
-    output_expires_after = fields.Dict(load_default=None, allow_none=True,
-                                       metadata={"description": "accepted and ignored: Relay keeps output files"})
+    output_expires_after = fields.Nested(ExpiresAfterSchema, load_default=None, allow_none=True, metadata={
+        "description": "the output and error files expire this long after the batch ends (default: never)"})
 
     @validates("metadata")
     def _metadata(self, value: dict[str, str] | None, **_: Any) -> None:

@@ -15,7 +15,7 @@ from flask_smorest import Blueprint
 from app.api.bodies import read_body, require_json
 from app.api.callers import request_caller
 from app.api.compat import openai_batches
-from app.api.compat.common import answer
+from app.api.compat.common import answer, shape_errors
 from app.api.idempotency import HEADER, idempotent
 from app.api.openapi import error_answers
 from app.auth_model import Caller
@@ -42,9 +42,13 @@ from schemas.batches import (
     BatchSchema,
     BatchSubmitSchema,
 )
+from schemas.inference import ShapedErrorSchema
 
 blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
+# OpenAI's SDK calls these routes too, and a wrong key, a bad query or a body that is not JSON is refused before the
+# body tells whose API it is: every error is OpenAI's error object, which holds Relay's (`code`, `message`, `details`)
+shape_errors(blp, "openai")
 
 _NDJSON = "application/x-ndjson"
 # The results route's 200 in both its bodies: JSON, and JSON Lines (`?format=jsonl` or `Accept:
@@ -64,7 +68,7 @@ def _runtime() -> Runtime:
 @blp.doc(summary="Submit a batch: 400 lists every bad item; 413 for too many items or bytes, or an item larger than"
                  " a live request", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
-@error_answers(blp, 400, 401, 413, 415, 503, 507)
+@error_answers(blp, 400, 401, 413, 415, 503, 507, schema=ShapedErrorSchema)
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
@@ -90,7 +94,7 @@ def _batch_body() -> bytes | bytearray:
                      " means the submit would be accepted. See docs/batches.md (Re-run, spend cap and estimate) for"
                      " how the bound is computed and what it cannot cover.", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
-@error_answers(blp, 400, 401, 413, 415, 503)
+@error_answers(blp, 400, 401, 413, 415, 503, schema=ShapedErrorSchema)
 @blp.response(200, BatchEstimateSchema)
 def estimate() -> ResponseReturnValue:
     caller = request_caller()
@@ -159,7 +163,7 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, m
 @blp.route("/<batch_id>/cancel", methods=["POST"])
 @blp.doc(summary="Cancel a batch: queued items never run, running ones are stopped (idempotent); 409"
                  " batch_finished when every item was already final (nothing is changed)", security=SECURITY)
-@error_answers(blp, 409)
+@error_answers(blp, 409, schema=ShapedErrorSchema)
 @blp.arguments(BatchFormatArgs, location="query")
 @blp.response(200, BatchSchema)
 def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
@@ -180,7 +184,7 @@ def cancel(args: dict[str, Any], batch_id: str) -> ResponseReturnValue:
                      " counts the discarded and cancelled items by code). A batch created through the OpenAI API is"
                      " re-run as an OpenAI batch of a new input file (answered in OpenAI's format unless"
                      " `format=relay`), one created through Anthropic's as a message batch.", security=SECURITY)
-@error_answers(blp, 409, 413, 503, 507)
+@error_answers(blp, 409, 413, 503, 507, schema=ShapedErrorSchema)
 @blp.arguments(BatchFormatArgs, location="query")
 @blp.arguments(BatchRerunSchema, required=False)
 @blp.response(202, BatchSchema)

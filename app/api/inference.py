@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Response, current_app, g
+from flask import Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
 
 from app.access.cache import get_catalog
 from app.api.bodies import decode_object, json_text, read_body, require_json
 from app.api.callers import request_caller
-from app.api.inference_errors import shaped_error
+from app.api.inference_errors import shaped_error, shaped_headers
 from app.api.openapi import error_answers
 from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.errors import (
@@ -77,14 +77,14 @@ def _validate(shape: str, body: dict[str, Any]) -> None:
                                details=details)
 
 
-def _respond(result: InferenceResult) -> Response:
+def _respond(shape: str, result: InferenceResult) -> Response:
     if result.stream is not None:
         response = Response(result.stream, status=result.status, mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.headers["X-Accel-Buffering"] = "no"
     else:
         response = Response(result.body or b"", status=result.status, content_type=result.content_type)
-    response.headers.update(result.headers)
+    response.headers.update(shaped_headers(shape, result.headers))
     return response
 
 
@@ -96,7 +96,7 @@ def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]
             _validate(shape, body)
             call = InferenceCall(shape=shape, body=body, caller=caller, policy_id=caller.policy_id,
                                  source="live", request_id=g.request_id, route=route)
-            return _respond(run_inference(_runtime(), call))
+            return _respond(shape, run_inference(_runtime(), call))
         except RelayError as exc:
             return shaped_error(shape, exc)
 
@@ -105,8 +105,10 @@ def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]
     return view
 
 
-def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
+def _models_view(anthropic_prefix: bool) -> Callable[[], ResponseReturnValue]:
     def view() -> ResponseReturnValue:
+        # Anthropic's SDK calls /v1/models too (its base URL has no /anthropic): its `anthropic-version` tells it
+        anthropic = anthropic_prefix or "anthropic-version" in request.headers
         try:
             caller = request_caller()
         except RelayError as exc:
@@ -115,13 +117,14 @@ def _models_view(anthropic: bool) -> Callable[[], ResponseReturnValue]:
         policy = snapshot.policies.get(caller.policy_id)
         names = sorted(n for n, m in snapshot.models.items() if m.enabled and policy is not None and policy.grants(n))
         if anthropic:
-            data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+            data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z",
+                     "lifecycle": "active"} for n in names]  # only enabled models are listed
             return {"data": data, "has_more": False, "first_id": names[0] if names else None,
                     "last_id": names[-1] if names else None}
         return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "relay"}
                                            for n in names]}
 
-    view.__name__ = "models_anthropic" if anthropic else "models_openai"
+    view.__name__ = "models_anthropic" if anthropic_prefix else "models_openai"
     view.__doc__ = "The models the caller's policy grants"
     return view
 

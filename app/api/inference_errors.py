@@ -2,16 +2,45 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from flask.typing import ResponseReturnValue
 
 from adapters import get_adapter
+from adapters.anthropic import ratelimit_headers
 from app.errors import RelayError
+
+_LOCATIONS = ("json", "query", "form", "files", "headers")  # webargs' outer keys of a validation error's messages
 
 
 def shaped_error(shape: str, exc: RelayError) -> ResponseReturnValue:
-    """EXC as an Anthropic error object on /messages, an OpenAI error object elsewhere; both carry `code`."""
+    """EXC as an Anthropic error object on /messages, an OpenAI error object elsewhere; both carry `code`. An
+    OpenAI error names the parameter at fault in `param`, as OpenAI's do."""
     adapter = get_adapter("anthropic" if shape == "anthropic" else "openai")
     body = adapter.error_body(exc.status, exc.code, exc.message)
+    if shape != "anthropic":
+        body["error"]["param"] = error_param(exc)
     if exc.details is not None:
         body["error"]["details"] = exc.details
-    return body, exc.status, exc.headers
+    return body, exc.status, shaped_headers(shape, exc.headers)
+
+
+def shaped_headers(shape: str, headers: dict[str, str]) -> dict[str, str]:
+    """HEADERS as SHAPE's SDK reads them: Anthropic's rate-limit header names on Anthropic's routes."""
+    return ratelimit_headers(headers, datetime.now(UTC)) if shape == "anthropic" else headers
+
+
+def error_param(exc: RelayError) -> str | None:
+    """The request parameter EXC is about: its class's `param`, or the first field its validation messages name."""
+    named: str | None = getattr(exc, "param", None)
+    if named is not None:
+        return named
+    details: Any = exc.details
+    while isinstance(details, dict) and details:
+        first = next(iter(details))
+        if first in _LOCATIONS and isinstance(details[first], dict):
+            details = details[first]
+            continue
+        return str(first) if first else None
+    return None

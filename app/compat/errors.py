@@ -15,18 +15,21 @@ class UnsupportedEndpoint(BadRequest):
     """An OpenAI batch endpoint Relay does not run (embeddings, completions, images, ...)."""
 
     code = "unsupported_endpoint"
+    param = "endpoint"
 
 
 class InvalidInputFile(BadRequest):
     """The input file is not an uploaded batch input file (e.g. another batch's output)."""
 
     code = "invalid_input_file"
+    param = "input_file_id"
 
 
 class UnsupportedPurpose(BadRequest):
     """Relay keeps files for batches only."""
 
     code = "unsupported_purpose"
+    param = "purpose"
 
 
 class FileTooLarge(PayloadTooLarge):

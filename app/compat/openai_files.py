@@ -16,7 +16,7 @@ from app.compat.files import store
 from app.compat.files.store import Conn, Row
 from app.compat.openai_view import file_disk, result_lines
 from app.compat.provider import joined
-from app.compat.views import openai_cut_line, openai_file, parse_file_id
+from app.compat.views import openai_cut_line, openai_file, openai_list, parse_file_id
 from app.errors import ValidationFailed
 from app.payload_port import FileBytesMissing, StagedFile
 from app.runtime import Runtime
@@ -25,9 +25,12 @@ READ_CHUNK = 1 << 20
 MAX_FILENAME = 255
 
 
-def upload(runtime: Runtime, caller: Caller, staged: StagedFile, *, filename: str, purpose: str) -> dict[str, Any]:
-    """Keep STAGED (a received upload) as a batch input file; its File object. STAGED is published or discarded."""
+def upload(runtime: Runtime, caller: Caller, staged: StagedFile, *, filename: str, purpose: str,
+           expires_after_s: int | None = None) -> dict[str, Any]:
+    """Keep STAGED (a received upload) as a batch input file, until EXPIRES_AFTER_S after now if given; its File
+    object. STAGED is published or discarded. The caller's expired uploads are forgotten first."""
     disk = file_disk(runtime)
+    forget_expired(runtime, caller)
     try:
         if purpose != "batch":
             raise UnsupportedPurpose(message="Relay keeps files for batches only: upload with purpose batch")
@@ -42,7 +45,7 @@ def upload(runtime: Runtime, caller: Caller, staged: StagedFile, *, filename: st
         raise
     try:
         with runtime.pool.connection() as conn:
-            row = store.insert_upload(conn, file_id, caller.owner, name, size)
+            row = store.insert_upload(conn, file_id, caller.owner, name, size, expires_after_s)
     except BaseException:
         disk.remove(file_id)
         raise
@@ -61,6 +64,15 @@ def _filename(filename: str) -> str:
     return name
 
 
+def forget_expired(runtime: Runtime, caller: Caller) -> None:
+    """Delete the caller's uploads past their `expires_after` with their bytes (hidden from the moment they
+    expire, removed at the caller's next upload or list)."""
+    with runtime.pool.connection() as conn:
+        expired = store.take_expired_uploads(conn, caller.owner)
+    for file_id in expired:
+        file_disk(runtime).remove(file_id)
+
+
 def retrieve(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
     return _with_size(runtime, caller, _row(runtime, caller, text_id))
 
@@ -68,6 +80,7 @@ def retrieve(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
 def list_files(runtime: Runtime, caller: Caller, *, after: str | None, limit: int, order: str,
                purpose: str | None) -> dict[str, Any]:
     """OpenAI's list envelope of the caller's files (uploads, and output/error files of its ended batches)."""
+    forget_expired(runtime, caller)
     cursor = parse_file_id(after) if after else None
     if after and cursor is None:
         rows: list[dict[str, Any]] = []
@@ -79,8 +92,7 @@ def list_files(runtime: Runtime, caller: Caller, *, after: str | None, limit: in
         more = len(rows) > limit
         rows = rows[:limit]
     data = [_with_size(runtime, caller, row) for row in rows]
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": more}
+    return openai_list(data, more)
 
 
 def delete(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:

@@ -17,7 +17,14 @@ from app.compat import provider
 from app.compat.errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
 from app.compat.files import store as files_store
 from app.compat.inputs import from_openai_jsonl
-from app.compat.views import ENDPOINT_SHAPES, openai_batch, openai_batch_id, openai_result_line, parse_file_id
+from app.compat.views import (
+    ENDPOINT_SHAPES,
+    openai_batch,
+    openai_batch_id,
+    openai_list,
+    openai_result_line,
+    parse_file_id,
+)
 from app.payload_backends import payload_store
 from app.payload_port import FileBytesMissing, UploadStore
 from app.runtime import Runtime
@@ -51,8 +58,9 @@ def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: 
                                   max_requests=runtime.settings.openai_batch_max_requests)
     columns = {"api": API, "endpoint": endpoint, "input_file_id": file_id,
                "completion_window": body["completion_window"], **callback}
+    expiry = (body.get("output_expires_after") or {}).get("seconds")
     batch_id = provider.create(runtime, caller, batch, columns=columns,
-                               also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id),
+                               also=lambda conn, new_id: _record_result_files(conn, caller.owner, new_id, expiry),
                                rerun=rerun)
     return get_batch(runtime, caller, openai_batch_id(batch_id))
 
@@ -69,11 +77,14 @@ def _input_file(runtime: Runtime, caller: Caller, text_id: str) -> UUID:
     return row["id"]  # type: ignore[no-any-return]
 
 
-def _record_result_files(conn: psycopg.Connection[Any], owner: str, batch_id: UUID) -> None:
-    """The batch's output and error files, listed once it has ended (generated from its results when read)."""
+def _record_result_files(conn: psycopg.Connection[Any], owner: str, batch_id: UUID,
+                         expires_after_s: int | None) -> None:
+    """The batch's output and error files, listed once it has ended (generated from its results when read) until
+    EXPIRES_AFTER_S after that, if given."""
     name = openai_batch_id(batch_id)
     files_store.insert_batch_files(conn, owner, batch_id, [(uuid.uuid4(), "output", f"{name}_output.jsonl"),
-                                                           (uuid.uuid4(), "error", f"{name}_error.jsonl")])
+                                                           (uuid.uuid4(), "error", f"{name}_error.jsonl")],
+                                   expires_after_s)
 
 
 def get_batch(runtime: Runtime, caller: Caller, text_id: str) -> dict[str, Any]:
@@ -97,8 +108,7 @@ def list_batches(runtime: Runtime, caller: Caller, *, after: str | None, limit: 
     """OpenAI's list envelope of the caller's OpenAI batches, newest first."""
     found = provider.page(runtime, caller, API, after=after, before=None, limit=limit)
     data = _view(runtime, found.rows, found.counts)
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": found.has_more}
+    return openai_list(data, found.has_more)
 
 
 def _view(runtime: Runtime, rows: list[dict[str, Any]], counts: dict[UUID, dict[str, int]]) -> list[dict[str, Any]]:

@@ -41,8 +41,9 @@ def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: d
     lineage of a re-run."""
     raw = batch.finish(max_item_bytes=runtime.settings.max_request_bytes)
     expiry = runtime.settings.provider_batch_expiry_s
-    if expiry > 0:
-        columns = {**columns, "expires_at": datetime.now(UTC) + timedelta(seconds=expiry)}
+    if expiry > 0:  # exactly EXPIRY after created_at, as both providers' expires_at reads
+        now = datetime.now(UTC)
+        columns = {**columns, "created_at": now, "expires_at": now + timedelta(seconds=expiry)}
     try:
         created = service.submit_batch(runtime, caller, raw, BatchOrigin(columns, batch.custom_ids, also, rerun))
     except InvalidBatch as exc:

@@ -83,10 +83,17 @@ def anthropic_batch(row: Row, counts: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def openai_list(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """OpenAI's list envelope: `first_id` and `last_id` are strings, empty on an empty page (the contract's type)."""
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else "",
+            "last_id": data[-1]["id"] if data else "", "has_more": has_more}
+
+
 def openai_file(row: Row) -> dict[str, Any]:
     """OpenAI's File object."""
     return {"id": file_id(row["id"]), "object": "file", "bytes": row["bytes"], "created_at": unix(row["created_at"]),
-            "filename": row["filename"], "purpose": row["purpose"], "status": "processed", "expires_at": None,
+            "filename": row["filename"], "purpose": row["purpose"], "status": "processed",
+            "expires_at": unix(row.get("expires_at")),
             "status_details": None}
 
 

@@ -95,7 +95,7 @@ class KeyBackoff:
                 pace.successes.append(now)
                 while pace.successes[0] < now - 1.0:
                     pace.successes.popleft()
-            hold = _hold_s(headers) if status == 429 or status >= 500 else None
+            hold = retry_after_s(headers) if status == 429 or status >= 500 else None
             if hold is None and _spent(headers):
                 hold = _reset_s(headers)
             if hold:
@@ -125,7 +125,7 @@ class KeyBackoff:
             pace.last_update = now
 
 
-def _hold_s(headers: Headers) -> float | None:
+def retry_after_s(headers: Headers) -> float | None:
     """Seconds a Retry-After (OpenAI's `retry-after-ms` first) asks to wait."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -12,7 +13,7 @@ from app.errors import RelayError, UpstreamFailed
 from app.observability.metrics import observe_upstream
 from app.observability.tracing import get_tracing
 from app.pipeline import keypool, upstream
-from app.pipeline.backoff import get_backoff
+from app.pipeline.backoff import get_backoff, retry_after_s
 from app.pipeline.interrupt import Interrupted
 from app.pipeline.keyhealth import get_key_health
 from app.pipeline.plan import Plan
@@ -25,11 +26,19 @@ if TYPE_CHECKING:
 
 # Upstream answers that say "this key, not this request": try the next key.
 RETRYABLE_STATUSES = frozenset({401, 403, 408, 429})
+DEFAULT_RETRY_AFTER_S = 1.0  # when a key's 429 names no Retry-After
 
 
 class AllKeysFailed(UpstreamFailed):
     code = "all_keys_failed"
     upstream_status: int | None = None  # the last key's upstream answer (None: it never answered)
+
+
+class AllKeysRateLimited(AllKeysFailed):
+    """Every key answered 429: the caller waits as the upstream asked (its shortest `Retry-After`), not a fault."""
+
+    status = 429
+    code = "all_keys_rate_limited"
 
 
 class UpstreamReadFailed(AllKeysFailed):
@@ -56,6 +65,7 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
                              f"{plan.route.binding.host.name!r} (none in its pool, or every breaker is open)")
     last, last_status = "no key was tried", None
     tracing = get_tracing(runtime)
+    limited: list[float] | None = []  # each key's Retry-After while every key answers 429 (None: one did not)
     for candidate in candidates:
         if candidate.probe and not _claim_probe(runtime, plan, candidate):
             continue
@@ -70,12 +80,25 @@ def call_with_failover(runtime: Runtime, call: InferenceCall, plan: Plan, record
         recorder.key_failed(candidate.key)
         last = f"upstream status {response.status_code}" if response is not None else "connection failed or timed out"
         last_status = response.status_code if response is not None else None
+        if limited is not None and last_status == 429 and response is not None:
+            limited.append(retry_after_s(response.headers) or DEFAULT_RETRY_AFTER_S)
+        else:
+            limited = None
         if response is not None:
             response.close()
-    host = plan.route.binding.host.name
-    failed = AllKeysFailed(message=f"every key of host {host!r} failed; last: {last}")
+    raise _all_failed(plan.route.binding.host.name, last, last_status, limited)
+
+
+def _all_failed(host: str, last: str, last_status: int | None, limited: list[float] | None) -> AllKeysFailed:
+    """AllKeysFailed; AllKeysRateLimited with a `Retry-After` (the soonest key's) when every key tried said 429."""
+    if limited:
+        failed: AllKeysFailed = AllKeysRateLimited(
+            message=f"every key of host {host!r} is rate-limited upstream; retry after the Retry-After header",
+            headers={"Retry-After": str(max(1, math.ceil(min(limited))))})
+    else:
+        failed = AllKeysFailed(message=f"every key of host {host!r} failed; last: {last}")
     failed.upstream_status = last_status
-    raise failed
+    return failed
 
 
 def _claim_probe(runtime: Runtime, plan: Plan, candidate: keypool.Candidate) -> bool:

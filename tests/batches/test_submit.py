@@ -217,7 +217,7 @@ def test_list_shows_only_your_batches_newest_first_with_a_cursor(client, make_ke
     bad = get(client, mine, "/v1/batches", format="relay", cursor="Z2FyYmFnZQ")  # base64 of "garbage"
     assert (bad.status_code, bad.json["error"]["code"]) == (400, "invalid_request")  # the usage API's code
     openai_view = get(client, mine, "/v1/batches").json
-    assert openai_view == {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
+    assert openai_view == {"object": "list", "data": [], "first_id": "", "last_id": "", "has_more": False}
 
 
 def test_items_are_paginated_and_filtered_by_state(client, key) -> None:

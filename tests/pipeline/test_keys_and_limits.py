@@ -73,6 +73,25 @@ def test_every_key_failing_is_a_502_naming_the_last_status(client, make_key, ups
     assert (event["error_code"], event["upstream_status"], event["status"]) == ("all_keys_failed", 503, 502)
 
 
+def test_every_key_rate_limited_is_a_429_with_the_soonest_retry_after(client, make_key, upstream, runtime) -> None:
+    for i, wait in ((1, 7), (2, 3), (3, 9)):
+        upstream.control(f"sk-oa-{i}", mode="rate_limited", retry_after=wait)
+    res = chat(client, make_key("rr"))
+    assert res.status_code == 429 and res.headers["Retry-After"] == "3", res.headers
+    assert (res.json["error"]["code"], res.json["error"]["type"]) == ("all_keys_rate_limited", "rate_limit_error")
+    event = usage_event(runtime, res.headers["x-request-id"])
+    assert (event["error_code"], event["upstream_status"], event["status"]) == ("all_keys_rate_limited", 429, 429)
+
+
+def test_keys_rate_limited_and_failing_together_are_still_a_502(client, make_key, upstream) -> None:
+    upstream.control("sk-oa-1", mode="rate_limited")
+    for i in (2, 3):
+        upstream.control(f"sk-oa-{i}", mode="fail", fail_status=503)
+    res = chat(client, make_key("rr"))
+    assert res.status_code == 502 and res.json["error"]["code"] == "all_keys_failed"
+    assert "Retry-After" not in res.headers
+
+
 def test_all_keys_failing_without_an_answer_records_no_upstream_status(client, make_key, upstream, runtime) -> None:
     for i in (1, 2, 3):
         upstream.control(f"sk-oa-{i}", mode="reset")

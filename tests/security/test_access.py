@@ -80,7 +80,9 @@ def test_only_the_submitting_key_value_or_user_reads_or_cancels_a_batch(world: W
         res = world.call(who, method, route.format(id=batch_id))
         assert res.status_code == status, (method, route, res.get_data(as_text=True)[:300])
         if status == 404:
-            assert res.json == {"error": {"code": "batch_not_found", "message": "batch not found"}}
+            error = res.json["error"]  # OpenAI's error object, which holds Relay's code and message
+            assert (error["code"], error["message"], error["type"]) == ("batch_not_found", "batch not found",
+                                                                        "invalid_request_error")
         elif route.endswith("results"):
             assert [r["state"] for r in json.loads(res.get_data())["results"]] == ["cancelled", "cancelled"]
         else:

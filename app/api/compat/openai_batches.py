@@ -3,11 +3,13 @@ dispatches here from app/api/batches.py). Errors in OpenAI's shape, with Relay's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import IO, Any, cast
 
 from flask import Response, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from flask_smorest import Blueprint
+from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 
@@ -23,6 +25,7 @@ from app.errors import RelayError, ValidationFailed
 from app.payload_port import StagedFile, UploadStore
 from schemas.compat import (
     MULTIPART_FILE,
+    ExpiresAfterSchema,
     FileListArgs,
     OpenAIBatchCreateSchema,
     OpenAIBatchListSchema,
@@ -60,13 +63,35 @@ def _paths(suffix: str) -> list[str]:
 @blp.response(200, OpenAIFileSchema)
 def upload_file() -> ResponseReturnValue:
     caller = request_caller()
-    staged, filename, purpose = _receive_upload(file_disk(runtime()), runtime().settings.files_max_bytes)
-    return openai_files.upload(runtime(), caller, staged, filename=filename, purpose=purpose)
+    staged, filename, form = _receive_upload(file_disk(runtime()), runtime().settings.files_max_bytes)
+    try:
+        expiry = _expires_after(form)
+    except ValidationFailed:
+        file_disk(runtime()).discard(staged)
+        raise
+    return openai_files.upload(runtime(), caller, staged, filename=filename, purpose=form.get("purpose", ""),
+                               expires_after_s=expiry)
 
 
-def _receive_upload(disk: UploadStore, limit: int) -> tuple[StagedFile, str, str]:
+def _expires_after(form: Mapping[str, str]) -> int | None:
+    """The upload's `expires_after` (the SDK sends `expires_after[anchor]` and `expires_after[seconds]`): its
+    seconds, None without one; 400 naming `expires_after` when it is not OpenAI's."""
+    given: dict[str, Any] = {name: form[f"expires_after[{name}]"] for name in ("anchor", "seconds")
+                             if f"expires_after[{name}]" in form}
+    if not given:
+        return None
+    if str(given.get("seconds", "")).isdigit():
+        given["seconds"] = int(given["seconds"])  # a form's text; ExpiresAfterSchema takes JSON's integer
+    try:
+        return ExpiresAfterSchema().load(given)["seconds"]  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise ValidationFailed(message=f"invalid expires_after: {exc.messages}",
+                               details={"expires_after": exc.messages}) from None
+
+
+def _receive_upload(disk: UploadStore, limit: int) -> tuple[StagedFile, str, Mapping[str, str]]:
     """Parse the multipart body, writing its file part straight into the file store's staging folder (no copy
-    in memory or in a temporary file); the staged `file` part, its name and the `purpose` field."""
+    in memory or in a temporary file); the staged `file` part, its name and the form's text fields."""
     request.max_content_length = limit + _FORM_OVERHEAD  # werkzeug answers 413 past it, chunked bodies included
     staged: list[StagedFile] = []
 
@@ -84,7 +109,7 @@ def _receive_upload(disk: UploadStore, limit: int) -> tuple[StagedFile, str, str
         chosen = next((s for s in staged if upload is not None and s.handle is upload.stream), None)
         if chosen is None or upload is None:
             raise ValidationFailed(message="send the file as the multipart field `file`")
-        return chosen, upload.filename or "", form.get("purpose", "")
+        return chosen, upload.filename or "", form
     except RequestEntityTooLarge as exc:  # the body passed the limit in _UploadBody, so it is the form's own
         raise FormTooLarge(message=f"a form holds at most 16 parts, and a text field or a part's headers at most"
                                    f" {_FORM_FIELD_LIMIT} bytes") from exc

@@ -14,30 +14,46 @@ from psycopg import Connection
 Row = dict[str, Any]
 Conn = Connection[Any]
 
-_COLUMNS = "f.id, f.purpose, f.kind, f.filename, f.bytes, f.batch_id, f.created_at"
+# When the file expires (NULL: never): EXPIRES_AFTER_S after an upload's creation, or after its batch ended.
+_EXPIRES_AT = ("(CASE f.kind WHEN 'upload' THEN f.created_at ELSE b.finished_at END"
+               " + make_interval(secs => f.expires_after_s))")
+_COLUMNS = f"f.id, f.purpose, f.kind, f.filename, f.bytes, f.batch_id, f.created_at, {_EXPIRES_AT} AS expires_at"
 _VISIBLE = (
     "f.owner = %(owner)s AND (f.kind = 'upload' OR (b.finished_at IS NOT NULL AND EXISTS (SELECT 1 FROM batch_items i"
     " WHERE i.batch_id = f.batch_id AND i.state = ANY(CASE f.kind WHEN 'output' THEN ARRAY['completed']"
-    " ELSE ARRAY['discarded', 'cancelled'] END))))"
+    f" ELSE ARRAY['discarded', 'cancelled'] END)))) AND (f.expires_after_s IS NULL OR {_EXPIRES_AT} > now())"
 )
 _FROM = "FROM files f LEFT JOIN batches b ON b.id = f.batch_id"
 
 
-def insert_upload(conn: Conn, file_id: UUID, owner: str, filename: str, size: int) -> Row:
-    """Record an uploaded batch input file; return it as stored."""
+def insert_upload(conn: Conn, file_id: UUID, owner: str, filename: str, size: int,
+                  expires_after_s: int | None = None) -> Row:
+    """Record an uploaded batch input file (expiring EXPIRES_AFTER_S after now, if given); return it as stored."""
     row = conn.execute(
-        "INSERT INTO files AS f (id, owner, purpose, kind, filename, bytes) VALUES (%s, %s, 'batch', 'upload', %s, %s)"
-        f" RETURNING {_COLUMNS}", (file_id, owner, filename, size)).fetchone()
+        "WITH f AS (INSERT INTO files (id, owner, purpose, kind, filename, bytes, expires_after_s)"
+        " VALUES (%s, %s, 'batch', 'upload', %s, %s, %s) RETURNING *)"
+        f" SELECT {_COLUMNS} FROM f LEFT JOIN batches b ON false",
+        (file_id, owner, filename, size, expires_after_s)).fetchone()
     assert row is not None
     return row  # type: ignore[no-any-return]
 
 
-def insert_batch_files(conn: Conn, owner: str, batch_id: UUID, files: list[tuple[UUID, str, str]]) -> None:
-    """Record a batch's output and error files, (id, kind, filename) each; their bytes are measured later."""
+def insert_batch_files(conn: Conn, owner: str, batch_id: UUID, files: list[tuple[UUID, str, str]],
+                       expires_after_s: int | None = None) -> None:
+    """Record a batch's output and error files, (id, kind, filename) each, expiring EXPIRES_AFTER_S after the
+    batch ends if given; their bytes are measured later."""
     with conn.cursor() as cur:
-        cur.executemany("INSERT INTO files (id, owner, purpose, kind, filename, batch_id)"
-                        " VALUES (%s, %s, 'batch_output', %s, %s, %s)",
-                        [(file_id, owner, kind, name, batch_id) for file_id, kind, name in files])
+        cur.executemany("INSERT INTO files (id, owner, purpose, kind, filename, batch_id, expires_after_s)"
+                        " VALUES (%s, %s, 'batch_output', %s, %s, %s, %s)",
+                        [(file_id, owner, kind, name, batch_id, expires_after_s) for file_id, kind, name in files])
+
+
+def take_expired_uploads(conn: Conn, owner: str) -> list[UUID]:
+    """Delete OWNER's uploads past their expiry; their ids (their bytes are the caller's to remove)."""
+    rows = conn.execute("DELETE FROM files f WHERE f.owner = %s AND f.kind = 'upload' AND f.expires_after_s IS NOT"
+                        " NULL AND f.created_at + make_interval(secs => f.expires_after_s) <= now() RETURNING f.id",
+                        (owner,)).fetchall()
+    return [row["id"] for row in rows]
 
 
 def get_file(conn: Conn, file_id: UUID, owner: str) -> Row | None:
