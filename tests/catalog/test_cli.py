@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,6 +11,7 @@ import yaml
 from tests.catalog.helpers import HOST_KEY_SECRETS, base_catalog
 
 pytestmark = pytest.mark.integration
+DEMO_CATALOG = Path(__file__).resolve().parents[2] / "app" / "demo" / "catalog.yaml"
 
 
 def test_relay_apply_applies_a_yaml_file_once(relay, tmp_path) -> None:
@@ -57,3 +59,24 @@ def test_relay_catalog_export_prints_the_catalog_without_secrets(relay, tmp_path
     exported = yaml.safe_load(out)
     assert [m["name"] for m in exported["models"]] == ["claude-sonnet", "gpt-4o-mini"]
     assert json.loads(relay("catalog", "export", "--format", "json")[1]) == exported
+
+
+def test_relay_apply_if_empty_applies_only_over_an_empty_catalog(relay, runtime, tmp_path) -> None:
+    mine = tmp_path / "mine.yaml"
+    doc = base_catalog()
+    doc["projects"][0]["webhooks"] = [{"url": "https://hooks.example.com/relay", "secret": "whsec_" + "a" * 32}]
+    mine.write_text(yaml.safe_dump(doc))
+    demo = tmp_path / "demo.yaml"
+    demo.write_text(DEMO_CATALOG.read_text())
+    assert relay("apply", str(mine))[0] == 0
+    code, out, _ = relay("apply", "--if-empty", str(demo))
+    assert code == 0 and out.startswith("the catalog is not empty: left as it is")
+    assert relay("apply", "--dry-run", str(mine))[1].startswith("no changes")  # the webhook is still there
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("{}\n")
+    relay("apply", str(empty))
+    code, out, _ = relay("apply", "--if-empty", str(demo))
+    assert code == 0 and "created policies: default" in out
+    assert relay("apply", "--if-empty", str(mine))[1].startswith("the catalog is not empty")
+    relay("apply", str(mine))
