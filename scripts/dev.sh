@@ -109,7 +109,8 @@ Relay is running.
   RabbitMQ UI:    http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}        (guest / guest)
   fake upstream:  http://127.0.0.1:$FAKE_PORT
   demo relay key: $key
-  admin token:    \$RELAY_ADMIN_TOKEN in .run/env (metrics: /metrics with \$RELAY_METRICS_TOKEN)
+  admin token:    \$RELAY_ADMIN_TOKEN in .run/env (metrics: /metrics, and the workers' on
+                  http://127.0.0.1:${RELAY_WORKER_METRICS_PORT:-9464}/metrics, with \$RELAY_METRICS_TOKEN)
   logs:           .run/*.log      stop: scripts/dev.sh down
 
 A live request:
