@@ -60,9 +60,10 @@ def _runtime() -> Runtime:
 
 @blp.route("", methods=["POST"])
 @blp.doc(summary="Submit a batch: 400 lists every bad item; 413 for too many items or bytes, or an item larger than"
-                 " a live request", security=SECURITY, requestBody={
+                 " a live request; 409 paced_share_too_small when the caller's policy paces batches at a share that"
+                 " lets no item start", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
-@error_answers(blp, 400, 401, 413, 415, 503, 507)
+@error_answers(blp, 400, 401, 409, 413, 415, 503, 507)
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the

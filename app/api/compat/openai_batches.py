@@ -141,6 +141,7 @@ def file_content(file_id: str) -> ResponseReturnValue:
 @routes(blp, ["/openai/v1/batches"], ["POST"])
 @blp.doc(summary="Create a batch from an uploaded file",
          requestBody={"required": True, "content": {"application/json": {"schema": OpenAIBatchCreateSchema}}})
+@error_answers(blp, 409, schema=ShapedErrorSchema)
 @blp.response(200, OpenAIBatchSchema)
 def create_batch() -> ResponseReturnValue:
     caller = request_caller()
