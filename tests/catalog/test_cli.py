@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,17 @@ def test_relay_apply_if_empty_applies_only_over_an_empty_catalog(relay, runtime,
     assert code == 0 and "created policies: default" in out
     assert relay("apply", "--if-empty", str(mine))[1].startswith("the catalog is not empty")
     relay("apply", str(mine))
+
+
+@pytest.mark.parametrize("local_install", [False, True])
+def test_relay_apply_without_the_environment_says_where_the_settings_are(tmp_path, local_install: bool) -> None:
+    if local_install:
+        (tmp_path / ".run").mkdir()
+        (tmp_path / ".run" / "env").write_text("export RELAY_DATABASE_URL=postgresql://nowhere/relay\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "apply", str(DEMO_CATALOG)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    err = done.stderr.splitlines()
+    assert done.returncode == 2 and err[0] == "relay: configuration error: RELAY_DATABASE_URL is required but not set"
+    assert "RELAY_* environment variables (docs/configuration.md)" in err[1]
+    assert ("run `source .run/env` first" in err[1]) == local_install and "Traceback" not in done.stderr
