@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -21,24 +20,18 @@ from typing import IO, Any
 import requests
 
 from adapters.base import SHAPES
-from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
+from app.commands.api_client import ApiError, hint_for_admin_token, request
 from app.commands.batch_estimate import confirm, dollars, estimate_lines
 from app.commands.batch_purge import cmd_purge, cutoff
-from app.commands.batch_views import (
-    batch_state,
-    batch_summary,
-    batches_table,
-    final_count,
-    items_table,
-    progress_line,
-)
+from app.commands.batch_views import batch_state, batch_summary, batches_table, items_table
+from app.commands.batch_wait import interrupted, wait_for
 from app.commands.output import print_json
 from app.errors import RelayError
 from app.settings import ClientSettings
 from schemas.batches import FINAL_STATES
 
 EXIT_NOT_ALL_COMPLETED = 3
-WAIT_GIVES_UP_AFTER_S = 900.0  # `submit --wait` keeps asking an API that does not answer for this long
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell tool stopped by Ctrl-C
 # The console's and the API's words for a list's state filter, as the API's status and finished arguments.
 LIST_STATES = {"active": {"status": "queued", "finished": "false"}, "done": {"status": "queued", "finished": "true"},
                "cancelled": {"status": "cancelled"}}
@@ -173,7 +166,12 @@ def follow(args: argparse.Namespace, batch: dict[str, Any], done: str) -> int:
         if args.json:
             print_json(batch)
         return 0
-    batch = wait_for(args, batch["id"], sys.stderr)
+    try:
+        batch = wait_for(lambda: _call(args, "GET", f"/v1/batches/{batch['id']}",
+                                       params={"format": "relay", "limit": 0}), batch["id"], sys.stderr)
+    except KeyboardInterrupt:
+        print("\n" + interrupted(batch["id"]), file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL_STATES))
     if args.json:
         print_json(batch)
@@ -372,27 +370,6 @@ def _read_lines(path: Path) -> list[tuple[int, bytes]]:
     if not lines:
         raise InvalidJsonl(message=f"{path}: no requests")
     return lines
-
-
-def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:
-    """Poll the just-submitted batch until it is finished, drawing a progress bar (with rate and ETA) on OUT; an API
-    that does not answer (a restart, say) is asked again with growing pauses, saying so, for up to
-    WAIT_GIVES_UP_AFTER_S."""
-    started, drawn = time.monotonic(), 0
-    doing = f"batch {batch_id} keeps running meanwhile"
-    while True:
-        batch = with_retries(lambda: _call(args, "GET", f"/v1/batches/{batch_id}",
-                                           params={"format": "relay", "limit": 0}),
-                             doing=doing, give_up_after_s=WAIT_GIVES_UP_AFTER_S, out=out)
-        elapsed = time.monotonic() - started
-        line = progress_line(batch, rate=final_count(batch) / elapsed if elapsed > 0 else None)
-        out.write("\r" + line.ljust(drawn))  # a shorter line than the last must not leave its characters behind
-        out.flush()
-        drawn = len(line)
-        if batch["finished"]:
-            out.write("\n")
-            return batch
-        time.sleep(interval)
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
