@@ -27,6 +27,7 @@ from app.compat import openai_view
 from app.compat.rerun import RERUNS
 from app.compat.views import openai_batch_id
 from app.runtime import Runtime
+from app.webhooks import service as webhook_service
 from schemas.batches import (
     BatchDeletedSchema,
     BatchEstimateSchema,
@@ -41,6 +42,7 @@ from schemas.batches import (
     BatchSchema,
     BatchSubmitSchema,
 )
+from schemas.webhooks import BatchDeliveriesSchema
 
 blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
@@ -199,6 +201,16 @@ def _openai_named(batch_id: str, requested: str | None) -> bool:
     OpenAI SDK's). Otherwise the batch's `api` decides: OpenAI's batches are answered in OpenAI's format unless
     `format=relay`."""
     return requested == "openai" if requested is not None else batch_id.startswith("batch_")
+
+
+@blp.route("/<batch_id>/webhooks", methods=["GET"])
+@blp.doc(summary="The webhook deliveries of your batch's events: each destination's state and every attempt"
+                 " (time, status, latency, error)", security=SECURITY)
+@error_answers(blp, 401, 404)
+@blp.response(200, BatchDeliveriesSchema)
+def webhooks(batch_id: str) -> ResponseReturnValue:
+    row = service.find_batch(_runtime(), request_caller(), batch_id)  # 404 for anyone but its submitter
+    return webhook_service.batch_deliveries(_runtime(), row["id"])
 
 
 @blp.route("/<batch_id>", methods=["DELETE"])

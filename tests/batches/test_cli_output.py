@@ -163,8 +163,9 @@ def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_
     api = start_api(settings_env, tmp_path)
     port = int(api.url.rsplit(":", 1)[1])
     waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
-                                str(_jsonl(tmp_path, *[CHAT] * 4)), "--shape", "openai", "--wait", "--yes", "--url", api.url,
-                                "--key", slow], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                str(_jsonl(tmp_path, *[CHAT] * 4)), "--shape", "openai", "--wait", "--yes",
+                                "--url", api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: upstream.stats()["in_flight"] >= 4, timeout=30, what="the batch running")
         api.stop(signal.SIGTERM)
