@@ -207,3 +207,42 @@ def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel
                                     f" {batch_id}  Cancel it: relay batches cancel {batch_id}")
     status = json.loads(cli(relay_api.url, slow, "status", batch_id, "--json").stdout)
     assert status["status"] == "queued"  # not cancelled: it runs on
+
+
+def _openai_input(tmp_path: Path, count: int, url: str = "/v1/chat/completions") -> Path:
+    path = tmp_path / "openai-input.jsonl"
+    path.write_text("".join(json.dumps({"custom_id": f"q-{i}", "method": "POST", "url": url, "body": CHAT}) + "\n"
+                            for i in range(count)))
+    return path
+
+
+def test_an_openai_batch_input_file_is_recognised_and_keeps_its_custom_ids(relay_api, workers, key,  # type: ignore[no-untyped-def]
+                                                                            tmp_path) -> None:
+    path = _openai_input(tmp_path, 3)
+    done = cli(relay_api.url, key, "submit", str(path), "--wait", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("estimate: 3 items, shape openai")
+    batch = json.loads(cli(relay_api.url, key, "status", done.stdout.splitlines()[0], "--json").stdout)
+    assert batch["api"] == "openai" and batch["counts"]["completed"] == 3
+    assert sorted(i["custom_id"] for i in batch["items"]) == ["q-0", "q-1", "q-2"]
+    named = cli(relay_api.url, key, "estimate", str(path), "--format", "openai")
+    assert named.returncode == 0 and "3 items, shape openai" in named.stdout, named.stderr
+    capped = cli(relay_api.url, key, "submit", str(path), "--max-cost", "1", "--yes")
+    assert capped.returncode == 1 and "relay: invalid_requests_file: " in capped.stderr
+    assert "takes no --max-cost" in capped.stderr
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(path.read_text() + json.dumps({"custom_id": "e", "url": "/v1/embeddings", "body": CHAT}) + "\n")
+    refused = cli(relay_api.url, key, "submit", str(mixed), "--yes")
+    assert refused.returncode == 1 and "names one endpoint in every line's url" in refused.stderr
+
+
+def test_the_same_problem_of_many_items_is_told_once(relay_api, key, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = _openai_input(tmp_path, 30)
+    refused = cli(relay_api.url, key, "submit", str(path), "--format", "relay", "--shape", "openai", "--yes")
+    assert refused.returncode == 1
+    details = [line for line in refused.stderr.splitlines() if line.startswith("  ")]
+    assert details and all("(30 items)" in line for line in details), refused.stderr
+    assert details[0].startswith("  lines 1, 2, 3, 4, 5 and 25 more (30 items), ")
+    assert len(details) == len(set(details))  # one line per problem, not per item
+    bare = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, CHAT)), "--yes")
+    assert bare.returncode == 1 and "needs --shape" in bare.stderr
