@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import IO, Any
 
 from app.commands.batch_views import clock
-from app.commands.output import table
+from app.commands.output import table, usd
 from app.errors import RelayError
 from app.settings import ClientSettings
 
@@ -62,12 +62,6 @@ def confirm_above(args: argparse.Namespace) -> Decimal:
         return dollars(raw) if raw else DEFAULT_CONFIRM_ABOVE
     except argparse.ArgumentTypeError as exc:
         raise InvalidConfirmAbove(message=f"RELAY_CONFIRM_ABOVE: {exc}") from None
-
-
-def usd(value: Any) -> str:
-    """An exact decimal of dollars for people: `$0.000123`, `$12.50`."""
-    amount = Decimal(str(value))
-    return f"${amount:.2f}" if amount >= 1 else f"${amount.normalize():f}"
 
 
 def estimate_lines(estimate: dict[str, Any]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.commands.output import table
+from app.commands.output import table, usd
 from schemas.batches import ACTIVE_STATES, FINAL_STATES
 
 STATES = (*FINAL_STATES, *reversed(ACTIVE_STATES))  # the order people read: the final states first
@@ -30,10 +30,10 @@ def cost(usage: dict[str, Any] | None, so_far: str | None = None) -> str:
     """`$0.000123` for a finished batch's usage, `unpriced` when no price is known; before it finishes, what its
     final items cost SO_FAR (`$0.000100 so far`), or `—`."""
     if usage is None:
-        return f"${float(so_far):.6f} so far" if so_far and float(so_far) > 0 else "—"
+        return f"{usd(so_far)} so far" if so_far and float(so_far) > 0 else "—"
     if usage["cost_usd"] is None:
         return "unpriced"
-    return f"${float(usage['cost_usd']):.6f}"
+    return usd(usage["cost_usd"])
 
 
 def when(stamp: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 MAX_DETAIL_LINES = 20
@@ -62,6 +63,12 @@ def _items_field(entries: list[dict[str, Any]], field: str) -> str:
     shown = ", ".join(places[:SHOWN_PLACES]) + (f" and {len(places) - SHOWN_PLACES} more"
                                                 if len(places) > SHOWN_PLACES else "")
     return f"{label} {shown} ({len(entries)} items), {field or 'body'}"
+
+
+def usd(value: Any) -> str:
+    """An exact decimal of dollars for people, never in exponent notation: `$0.00000075`, `$0.000123`, `$12.50`."""
+    amount = Decimal(str(value))
+    return f"${amount:.2f}" if amount >= 1 else f"${amount.normalize():f}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
