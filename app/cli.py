@@ -7,11 +7,14 @@ import importlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 from app.commands.output import detail_lines
 from app.errors import RelayError
 from app.observability.logs import install_json_logging
-from app.settings import SettingsError
+from app.settings import SettingMissing, SettingsError
+
+LOCAL_ENV = Path(".run") / "env"  # where scripts/dev.sh keeps a local install's settings
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
 COMMAND_MODULES = [
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SettingsError as exc:
         print(f"relay: configuration error: {exc}", file=sys.stderr)
+        if isinstance(exc, SettingMissing):
+            print(f"  {environment_hint()}", file=sys.stderr)
         return 2
     except RelayError as exc:
         print(f"relay: {exc.code}: {exc.message}", file=sys.stderr)
@@ -55,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, as a shell tool killed by the closed pipe
     except KeyboardInterrupt:
         return 130
+
+
+def environment_hint() -> str:
+    """Where the settings a command lacks are: RELAY_* variables, kept by a local install in .run/env."""
+    where = (f"this directory's local install keeps them in {LOCAL_ENV}: run `source {LOCAL_ENV}` first"
+             if LOCAL_ENV.is_file() else
+             f"a local install started by scripts/dev.sh keeps them in its {LOCAL_ENV} (`source {LOCAL_ENV}` in"
+             " its directory)")
+    return f"relay reads its settings from RELAY_* environment variables (docs/configuration.md); {where}"
 
 
 if __name__ == "__main__":

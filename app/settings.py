@@ -16,6 +16,10 @@ class SettingsError(Exception):
     """A required setting is missing or invalid; the message names it."""
 
 
+class SettingMissing(SettingsError):
+    """A required RELAY_* variable is not set at all (the environment itself may be missing)."""
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str
@@ -167,7 +171,7 @@ def _read_env(cls: type, env: Mapping[str, str] | None) -> dict[str, Any]:
         raw = env.get(name)
         if raw is None or raw == "":
             if f.default is MISSING:
-                raise SettingsError(f"{name} is required but not set")
+                raise SettingMissing(f"{name} is required but not set")
             continue
         values[f.name] = _parse(name, raw, f.type)
     return values

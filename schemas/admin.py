@@ -9,7 +9,7 @@ from marshmallow import Schema, ValidationError, fields, validate
 from schemas.catalog import NAME, PRINTABLE
 
 PRINCIPAL_KINDS = ("user", "service_account")
-KEY_STATES = ("active", "disabled", "revoked", "expired")
+KEY_STATES = ("active", "disabled", "revoked", "expired", "policy_deleted", "policy_disabled")
 
 
 class ErrorBodySchema(Schema):
@@ -62,7 +62,9 @@ class _KeyFields(Schema):
     principal_kind = fields.String(required=True, validate=validate.OneOf(PRINCIPAL_KINDS))
     principal = fields.String(allow_none=True, metadata={"description": "null when removed from the catalog"})
     expires_at = fields.DateTime(allow_none=True)
-    state = fields.String(required=True, validate=validate.OneOf(KEY_STATES))
+    state = fields.String(required=True, validate=validate.OneOf(KEY_STATES), metadata={
+        "description": "the key's own state; an active key whose policy is deleted or disabled shows policy_deleted"
+                       " or policy_disabled (re-applying a policy of the same name brings a deleted one back)"})
 
 
 class RelayKeySecretSchema(_KeyFields):

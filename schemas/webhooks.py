@@ -177,6 +177,17 @@ class DeliverySchema(Schema):
     finished_at = fields.DateTime(allow_none=True, metadata={"description": "delivered, or given up"})
 
 
+class BatchDeliverySchema(DeliverySchema):
+    """A delivery of the caller's own batch with every attempt, oldest first (a project's or team's endpoint by its
+    origin only)."""
+
+    attempt_log = fields.List(fields.Nested(AttemptSchema))
+
+
+class BatchDeliveriesSchema(Schema):
+    data = fields.List(fields.Nested(BatchDeliverySchema), metadata={"description": "newest first"})
+
+
 class DeliveryListSchema(Schema):
     data = fields.List(fields.Nested(DeliverySchema))
     next_cursor = fields.String(allow_none=True)

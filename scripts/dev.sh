@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run Relay locally: scripts/dev.sh up | down | status | logs
+# Run Relay locally: scripts/dev.sh up [--demo-catalog] | down [--keep-services] | status | logs
 #   up    install what is missing, start Postgres + RabbitMQ + the fake upstream, migrate, apply the demo
-#         catalog, start the API and the workers, and print the URL, a demo key and curl examples.
+#         catalog on a fresh install (an empty catalog; --demo-catalog applies it over any catalog), start the
+#         API and the workers, and print the URL, a demo key and curl examples.
 #   down  stop the API, workers, fake upstream and the local services.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,7 +56,31 @@ ENV
   fi
 }
 
-up() {
+apply_demo_catalog() {  # the demo catalog only over an empty one, unless asked: never over a catalog someone wrote
+  if [ "$1" = "--demo-catalog" ]; then
+    relay apply app/demo/catalog.yaml >/dev/null
+    log "demo catalog applied (--demo-catalog): it replaced the catalog that was there"
+  else
+    local said; said=$(relay apply --if-empty app/demo/catalog.yaml)
+    case "$said" in
+      "the catalog is not empty"*) log "$said; scripts/dev.sh up --demo-catalog would replace it with the demo one" ;;
+      *) log "demo catalog applied (a fresh install)" ;;
+    esac
+  fi
+}
+
+make_demo_key() {  # once; a catalog without the demo user (someone else's) gets none
+  [ -s "$RUN/demo-key" ] && return
+  local out
+  if out=$(relay keys create --user demo --policy default --name demo 2>&1); then
+    python -c 'import json, sys; print(json.load(sys.stdin)["key"])' <<< "$out" > "$RUN/demo-key"
+  else
+    log "no demo relay key: $out"
+  fi
+}
+
+up() {  # [--demo-catalog]
+  case "${1:-}" in ""|--demo-catalog) ;; *) echo "usage: $0 up [--demo-catalog]" >&2; exit 2 ;; esac
   command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
   bash scripts/bootstrap.sh
   bash scripts/services.sh up >/dev/null
@@ -70,15 +95,12 @@ up() {
   relay migrate >/dev/null
   start fake-upstream python -m devtools.fake_upstream --host 127.0.0.1 --port "$FAKE_PORT"  # demo scaffolding
   wait_http "http://127.0.0.1:$FAKE_PORT/_control/stats" 30
-  relay apply app/demo/catalog.yaml >/dev/null
-  if [ ! -s "$RUN/demo-key" ]; then
-    relay keys create --user demo --policy default --name demo \
-      | python -c 'import json, sys; print(json.load(sys.stdin)["key"])' > "$RUN/demo-key"
-  fi
+  apply_demo_catalog "$1"
+  make_demo_key
   start api relay api --bind "127.0.0.1:$API_PORT"
   start worker relay worker
   wait_http "http://127.0.0.1:$API_PORT/readyz" 60
-  local key; key=$(cat "$RUN/demo-key")
+  local key; key=$(cat "$RUN/demo-key" 2>/dev/null || true); key=${key:-'(none: see above)'}
   cat <<INFO
 
 Relay is running.
@@ -87,7 +109,8 @@ Relay is running.
   RabbitMQ UI:    http://127.0.0.1:${RELAY_MQ_UI_PORT:-15699}        (guest / guest)
   fake upstream:  http://127.0.0.1:$FAKE_PORT
   demo relay key: $key
-  admin token:    \$RELAY_ADMIN_TOKEN in .run/env (metrics: /metrics with \$RELAY_METRICS_TOKEN)
+  admin token:    \$RELAY_ADMIN_TOKEN in .run/env (metrics: /metrics, and the workers' on
+                  http://127.0.0.1:${RELAY_WORKER_METRICS_PORT:-9464}/metrics, with \$RELAY_METRICS_TOKEN)
   logs:           .run/*.log      stop: scripts/dev.sh down
 
 A live request:
@@ -120,9 +143,9 @@ status() {
 }
 
 case "${1:-up}" in
-  up) up ;;
+  up) up "${2:-}" ;;
   down) down "${2:-}" ;;
   status) status ;;
   logs) tail -n 50 "$RUN"/*.log ;;
-  *) echo "usage: $0 up|down|status|logs" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--demo-catalog] | down [--keep-services] | status | logs" >&2; exit 2 ;;
 esac

@@ -28,6 +28,7 @@ from app.compat import openai_view
 from app.compat.rerun import RERUNS
 from app.compat.views import openai_batch_id
 from app.runtime import Runtime
+from app.webhooks import service as webhook_service
 from schemas.batches import (
     BatchDeletedSchema,
     BatchEstimateSchema,
@@ -43,6 +44,7 @@ from schemas.batches import (
     BatchSubmitSchema,
 )
 from schemas.inference import ShapedErrorSchema
+from schemas.webhooks import BatchDeliveriesSchema
 
 blp = Blueprint("batches", __name__, url_prefix="/v1/batches",
                 description="Batches: many inference requests run in the background by Relay's workers")
@@ -66,9 +68,10 @@ def _runtime() -> Runtime:
 @blp.route("", methods=["POST"])
 @idempotent
 @blp.doc(summary="Submit a batch: 400 lists every bad item; 413 for too many items or bytes, or an item larger than"
-                 " a live request", security=SECURITY, requestBody={
+                 " a live request; 409 paced_share_too_small when the caller's policy paces batches at a share that"
+                 " lets no item start", security=SECURITY, requestBody={
     "required": True, "content": {"application/json": {"schema": BatchSubmitSchema}}})
-@error_answers(blp, 400, 401, 413, 415, 503, 507, schema=ShapedErrorSchema)
+@error_answers(blp, 400, 401, 409, 413, 415, 503, 507, schema=ShapedErrorSchema)
 @blp.response(202, BatchSchema)
 def submit() -> ResponseReturnValue:
     """Validate every item, store the requests (one file per batch), commit the batch; 202 without waiting for the
@@ -207,6 +210,16 @@ def _openai_named(batch_id: str, requested: str | None) -> bool:
     OpenAI SDK's). Otherwise the batch's `api` decides: OpenAI's batches are answered in OpenAI's format unless
     `format=relay`."""
     return requested == "openai" if requested is not None else batch_id.startswith("batch_")
+
+
+@blp.route("/<batch_id>/webhooks", methods=["GET"])
+@blp.doc(summary="The webhook deliveries of your batch's events: each destination's state and every attempt"
+                 " (time, status, latency, error)", security=SECURITY)
+@error_answers(blp, 401, 404)
+@blp.response(200, BatchDeliveriesSchema)
+def webhooks(batch_id: str) -> ResponseReturnValue:
+    row = service.find_batch(_runtime(), request_caller(), batch_id)  # 404 for anyone but its submitter
+    return webhook_service.batch_deliveries(_runtime(), row["id"])
 
 
 @blp.route("/<batch_id>", methods=["DELETE"])

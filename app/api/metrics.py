@@ -6,19 +6,15 @@ bearer token: RELAY_METRICS_TOKEN (for the scraper), or the admin token.
 
 from __future__ import annotations
 
-import hmac
-
 from flask import Response, current_app, request
 from flask_smorest import Api, Blueprint
 
-from app.auth import credential_from_headers
-from app.credentials.errors import InvalidCredential, MissingCredential
 from app.observability.metrics import render_metrics
+from app.observability.metrics_access import check_metrics_reader
 from app.runtime import Runtime
 from schemas.admin import RelayErrorSchema
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics")
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="relay-metrics"'}
 
 
 def register(api: Api) -> None:
@@ -42,10 +38,4 @@ def prometheus_metrics() -> Response:
 
 def require_metrics_reader(runtime: Runtime) -> None:
     """401 unless the request carries the metrics token or the admin token (compared in constant time)."""
-    secret = credential_from_headers(request.headers)
-    if not secret:
-        raise MissingCredential(message="send `Authorization: Bearer <RELAY_METRICS_TOKEN>`", headers=_CHALLENGE)
-    given = secret.encode("utf-8", "replace")
-    allowed = [t.encode() for t in (runtime.settings.metrics_token, runtime.settings.admin_token) if t]
-    if not any([hmac.compare_digest(given, token) for token in allowed]):  # a list: every token is compared
-        raise InvalidCredential(message="invalid metrics token", headers=_CHALLENGE)
+    check_metrics_reader(runtime.settings, request.headers)

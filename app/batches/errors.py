@@ -58,6 +58,13 @@ class MaxCostUnpriced(BadRequest):
     code = "max_cost_unpriced"
 
 
+class PacedShareTooSmall(Conflict):
+    """The caller's policy paces batches at a share of a rate limit that is less than one request or token a
+    window: no item of the batch could ever start, so it is not accepted."""
+
+    code = "paced_share_too_small"
+
+
 class NothingToRerun(Conflict):
     """A re-run of a batch none of whose items match what was asked to run again; `details` counts its items by
     error code."""

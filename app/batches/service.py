@@ -21,6 +21,7 @@ from app.batches.errors import (
     BatchNotFinished,
     BatchNotFound,
     ItemNotFound,
+    PacedShareTooSmall,
 )
 from app.batches.finals import cancel_queued
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
@@ -52,6 +53,10 @@ def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
     A body the typed path reads is stored while its items are checked (their rows are copied as they pass, the
     request file is written meanwhile): an item it cannot vouch for rolls that back, and the scanner decides."""
     settings = runtime.settings
+    policy = get_policy(runtime, caller.policy_id)
+    if policy is not None and (starved := policy.pacing_starved()):
+        raise PacedShareTooSmall(message=f"policy {policy.name!r} paces batches at {starved}: no item could ever"
+                                         " start (the operator raises its batch.share or the limit)")
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
     limits = {"max_items": settings.batch_max_items, "max_item_bytes": settings.max_request_bytes}

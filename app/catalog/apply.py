@@ -27,6 +27,7 @@ class ApplyResult:
 
     version: int
     dry_run: bool
+    kept: bool = False  # applied with only_if_empty over a catalog that was not empty: nothing was changed
     changes: dict[str, dict[str, list[str]]] = field(
         default_factory=lambda: {kind: {"created": [], "updated": [], "deleted": []} for kind in KINDS})
 
@@ -40,9 +41,10 @@ class ApplyResult:
         return {"changed": self.changed, "dry_run": self.dry_run, "version": self.version, "changes": self.changes}
 
 
-def apply_catalog(runtime: Runtime, raw: Any, *, dry_run: bool = False,
+def apply_catalog(runtime: Runtime, raw: Any, *, dry_run: bool = False, only_if_empty: bool = False,
                   env: Mapping[str, str] | None = None) -> ApplyResult:
-    """Validate RAW (a parsed YAML/JSON document) fully, then apply it in one transaction."""
+    """Validate RAW (a parsed YAML/JSON document) fully, then apply it in one transaction (with ONLY_IF_EMPTY,
+    only over an empty catalog: a set-up script's default catalog never replaces one somebody wrote)."""
     env = os.environ if env is None else env
     doc = validate_catalog(raw, env)
     if problems := webhooks.resolve_secrets(doc, env):
@@ -50,6 +52,8 @@ def apply_catalog(runtime: Runtime, raw: Any, *, dry_run: bool = False,
     box = SecretBox(runtime.settings.secret_key)
     with catalog_write(runtime) as write:
         current = store.load_catalog_rows(write.conn)
+        if only_if_empty and not current.empty:
+            return ApplyResult(version=current.version, dry_run=dry_run, kept=True)
         problems = _check_against_database(doc, current) + webhooks.missing_secrets(doc, current)
         if problems:
             raise InvalidCatalog(problems)
@@ -156,6 +160,9 @@ class _Reconciler:
                                "batch_pace": bool(p["batch"]["pace"]),
                                "batch_share": float(p["batch"]["share"])} for p in policies}
         ids = self._upsert("policies", "policies", desired, self.live_policies)
+        for name in self.result.changes["policies"]["created"]:  # a deleted policy's keys find it again
+            for key_id in store.reattach_keys(self.conn, name, ids[name]):
+                self._note("relay_keys", "updated", str(key_id))
         for p in policies:
             policy_id = ids[p["name"]]
             limits = [{"requests": r.get("requests"), "tokens": r.get("tokens"), "window_s": int(r["per"])}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -82,6 +83,22 @@ class Policy:
     def grants(self, model_name: str) -> bool:
         """True when any grant matches the model name exactly or as a * wildcard."""
         return any(g == model_name or fnmatch.fnmatchcase(model_name, g) for g in self.models)
+
+    def pacing_starved(self) -> str | None:
+        """Why a paced policy's batches could never start (its share of a limit is less than one), else None."""
+        if not self.batch_pace:
+            return None
+        return next((why for limit in self.rate_limits
+                     if (why := share_rounds_to_zero(limit.requests, limit.tokens, self.batch_share))), None)
+
+
+def share_rounds_to_zero(requests: int | None, tokens: int | None, share: float) -> str | None:
+    """What SHARE leaves of a limit of REQUESTS and TOKENS a window when that is less than one request or token:
+    pacing floors it, so the limit lets no batch item start; None when it lets some through."""
+    for amount, unit in ((requests, "request"), (tokens, "token")):
+        if amount is not None and math.floor(amount * share) < 1:
+            return f"a share of {share:g} of {amount} {unit}s a window is less than one {unit}"
+    return None
 
 
 @dataclass(frozen=True)

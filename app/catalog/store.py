@@ -34,6 +34,12 @@ class CatalogRows:
     service_accounts: list[Row]
     webhooks: list[Row] = field(default_factory=list)  # of projects and teams, by position (secrets encrypted)
 
+    @property
+    def empty(self) -> bool:
+        """True on a fresh install: nothing was ever applied, or everything was removed."""
+        named = (self.teams, self.projects, self.hosts, self.models, self.users, self.service_accounts)
+        return not any(named) and all(p["deleted_at"] is not None for p in self.policies)
+
 
 def read_version(conn: Connection[Any]) -> int:
     """The current catalog version (one cheap row read)."""
@@ -124,6 +130,15 @@ def soft_delete_policies(conn: Connection[Any], ids: list[UUID]) -> None:
     """Mark policies deleted; the rows stay so batches and usage events keep their reference."""
     if ids:
         conn.execute("UPDATE policies SET deleted_at = now() WHERE id = ANY(%s) AND deleted_at IS NULL", (ids,))
+
+
+def reattach_keys(conn: Connection[Any], policy_name: str, policy_id: UUID) -> list[UUID]:
+    """Point the relay keys left on a deleted policy named POLICY_NAME at POLICY_ID, the live policy of that
+    name; return those keys' ids. (A key names its policy by id, so without this a re-applied policy of the
+    same name would leave its keys answering policy_deleted.)"""
+    query = ("UPDATE relay_keys k SET policy_id = %s, updated_at = now() FROM policies p"
+             " WHERE p.id = k.policy_id AND p.name = %s AND p.deleted_at IS NOT NULL RETURNING k.id")
+    return [r["id"] for r in conn.execute(query, (policy_id, policy_name)).fetchall()]
 
 
 def replace_policy_keys(conn: Connection[Any], policy_id: UUID, host_key_ids: list[UUID]) -> None:

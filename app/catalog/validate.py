@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 from marshmallow import ValidationError
 
+from app.catalog.model import share_rounds_to_zero
 from app.errors import RelayError
 from schemas.catalog import CatalogSchema
 
@@ -65,6 +66,7 @@ def validate_catalog(raw: Any, env: Mapping[str, str]) -> dict[str, Any]:
     problems.extend(check_references(raw))
     if doc is not None:
         problems.extend(_resolve_environment(doc, env))
+        problems.extend(_starved_pacing(doc))
     if problems or doc is None:
         raise InvalidCatalog(problems)
     return doc
@@ -101,6 +103,20 @@ def check_references(raw: dict[str, Any]) -> list[str]:
             _expect(problems, f"{kind}[{i}].policy", who.get("policy"), names["policies"], "policy")
             _expect(problems, f"{kind}[{i}].project", who.get("project"), names["projects"], "project")
             _expect(problems, f"{kind}[{i}].team", who.get("team"), names["teams"], "team")
+    return problems
+
+
+def _starved_pacing(doc: dict[str, Any]) -> list[str]:
+    """Paced policies whose share of a rate limit is less than one request or token: their batches never start."""
+    problems = []
+    for i, policy in enumerate(doc["policies"]):
+        if not policy["batch"]["pace"]:
+            continue
+        for j, limit in enumerate(policy["rate_limits"]):
+            why = share_rounds_to_zero(limit.get("requests"), limit.get("tokens"), policy["batch"]["share"])
+            if why:
+                problems.append(f"policies[{i}].batch.share: {why} (rate_limits[{j}]), so no paced batch item could"
+                                " ever start: raise the share or the limit")
     return problems
 
 

@@ -5,8 +5,8 @@ The rule: a submit whose cost bound (the estimate's `cost_usd_max`) is above `--
 DEFAULT_CONFIRM_ABOVE, or $RELAY_CONFIRM_ABOVE) needs a yes. On a terminal (standard input a TTY, and the file not
 `-`) the command asks and submits only on `y`/`yes`; anywhere else (a script, a pipe) it never waits for an answer:
 it refuses with `confirmation_required` (exit 1, nothing stored). `--yes` submits without asking. A batch whose cost
-has no bound (unpriced models, items without an output limit) is not asked about: the estimate says so, and
-`--max-cost` is the way to bound it.
+has no bound (unpriced models, items without an output limit) is above any threshold: it is asked about the same
+way, unless `--max-cost` caps it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import IO, Any
 
 from app.commands.batch_views import clock
-from app.commands.output import table
+from app.commands.output import table, usd
 from app.errors import RelayError
 from app.settings import ClientSettings
 
@@ -62,12 +62,6 @@ def confirm_above(args: argparse.Namespace) -> Decimal:
         return dollars(raw) if raw else DEFAULT_CONFIRM_ABOVE
     except argparse.ArgumentTypeError as exc:
         raise InvalidConfirmAbove(message=f"RELAY_CONFIRM_ABOVE: {exc}") from None
-
-
-def usd(value: Any) -> str:
-    """An exact decimal of dollars for people: `$0.000123`, `$12.50`."""
-    amount = Decimal(str(value))
-    return f"${amount:.2f}" if amount >= 1 else f"${amount.normalize():f}"
 
 
 def estimate_lines(estimate: dict[str, Any]) -> list[str]:
@@ -130,8 +124,13 @@ def timing_lines(timing: dict[str, Any] | None) -> list[str]:
 
 
 def needs_confirmation(estimate: dict[str, Any] | None, above: Decimal) -> bool:
-    bound = (estimate or {}).get("cost_usd_max")
-    return bound is not None and Decimal(str(bound)) > above
+    """A bound above ABOVE, or no bound and no spend cap (None: an API without estimates, nothing to go on)."""
+    if estimate is None:
+        return False
+    bound = estimate.get("cost_usd_max")
+    if bound is None:
+        return estimate.get("max_cost") is None
+    return Decimal(str(bound)) > above
 
 
 def confirm(args: argparse.Namespace, estimate: dict[str, Any] | None, *, interactive: bool,
@@ -140,12 +139,15 @@ def confirm(args: argparse.Namespace, estimate: dict[str, Any] | None, *, intera
     above = confirm_above(args)
     if args.yes or not needs_confirmation(estimate, above):
         return
-    bound = usd((estimate or {})["cost_usd_max"])
+    assert estimate is not None  # needs_confirmation said so
+    bound = estimate["cost_usd_max"]
     if not interactive:
-        raise ConfirmationRequired(message=f"the batch may cost up to {bound}, above --confirm-above {usd(above)}, and"
-                                           " there is no terminal to ask: pass --yes to submit it; nothing was"
-                                           " submitted")
-    out.write(f"Submit {estimate['total'] if estimate else ''} items for up to {bound}? [y/N] ")
+        why = (f"may cost up to {usd(bound)}, above --confirm-above {usd(above)}," if bound is not None else
+               "has no upper bound on its cost (see the estimate; --max-cost caps it),")
+        raise ConfirmationRequired(message=f"the batch {why} and there is no terminal to ask: pass --yes to submit"
+                                           " it; nothing was submitted")
+    cost = f"for up to {usd(bound)}" if bound is not None else "with NO upper bound on their cost"
+    out.write(f"Submit {estimate['total']} items {cost}? [y/N] ")
     out.flush()
     answer = sys.stdin.readline().strip().lower()
     if answer not in ("y", "yes"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.commands.output import table
+from app.commands.output import table, usd
 from schemas.batches import ACTIVE_STATES, FINAL_STATES
 
 STATES = (*FINAL_STATES, *reversed(ACTIVE_STATES))  # the order people read: the final states first
@@ -30,10 +30,10 @@ def cost(usage: dict[str, Any] | None, so_far: str | None = None) -> str:
     """`$0.000123` for a finished batch's usage, `unpriced` when no price is known; before it finishes, what its
     final items cost SO_FAR (`$0.000100 so far`), or `—`."""
     if usage is None:
-        return f"${float(so_far):.6f} so far" if so_far and float(so_far) > 0 else "—"
+        return f"{usd(so_far)} so far" if so_far and float(so_far) > 0 else "—"
     if usage["cost_usd"] is None:
         return "unpriced"
-    return f"${float(usage['cost_usd']):.6f}"
+    return usd(usage["cost_usd"])
 
 
 def when(stamp: Any) -> str:
@@ -127,11 +127,29 @@ def progress_line(batch: dict[str, Any], width: int = 30, rate: float | None = N
     line ends with its paced rate and expected finish (`  paced 240/min, finish 2026-01-31 12:00:05Z`)."""
     counts, total = batch["counts"], max(1, batch["total"])
     done = final_count(batch)
-    filled = int(width * done / total)
     speed = f"{rate:.1f}/s  ETA {clock((batch['total'] - done) / rate)}" if rate else "-/s  ETA -"
     parts = "  ".join(f"{s} {counts[s]}" for s in STATES)
-    return (f"[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% {done}/{batch['total']}  {speed}"
+    return (f"{_bar(done, batch['total'], width)} {100 * done // total:3d}% {done}/{batch['total']}  {speed}"
             f"  {parts}{_paced(batch.get('pacing'))}")
+
+
+def fitted_progress_line(batch: dict[str, Any], rate: float | None, columns: int) -> str:
+    """The progress line at most COLUMNS wide (a wider one wraps, and each redraw becomes a new line): the full
+    line with a narrower bar, then short counts, then the bar, percentage and ETA alone, cut as a last resort."""
+    counts, done = batch["counts"], final_count(batch)
+    eta = f"ETA {clock((batch['total'] - done) / rate)}" if rate else "ETA -"
+    short = (f"ok {counts['completed']} failed {counts['discarded']} run {counts['running']} wait {counts['queued']}"
+             + (f" cancelled {counts['cancelled']}" if counts["cancelled"] else ""))
+    pct = f"{100 * done // max(1, batch['total']):3d}% {done}/{batch['total']}"
+    bar = _bar(done, batch["total"], 10)
+    candidates = [progress_line(batch, 30, rate), progress_line(batch, 20, rate), progress_line(batch, 10, rate),
+                  f"{bar} {pct}  {eta}  {short}", f"{bar} {pct}  {eta}", f"{pct} {eta}"]
+    return next((line for line in candidates if len(line) <= columns), candidates[-1][:max(1, columns)])
+
+
+def _bar(done: int, total: int, width: int) -> str:
+    filled = int(width * done / max(1, total))
+    return f"[{'#' * filled}{'.' * (width - filled)}]"
 
 
 def _paced(pacing: dict[str, Any] | None) -> str:

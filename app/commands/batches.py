@@ -12,56 +12,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
 import requests
 
 from adapters.base import SHAPES
-from app.commands.api_client import ApiError, hint_for_admin_token, request, with_retries
+from app.commands.api_client import ApiError, hint_for_admin_token, request
 from app.commands.batch_estimate import confirm, dollars, estimate_lines
-from app.commands.batch_purge import cmd_purge, cutoff
-from app.commands.batch_views import (
-    batch_state,
-    batch_summary,
-    batches_table,
-    final_count,
-    items_table,
-    progress_line,
+from app.commands.batch_input import (
+    FORMATS,
+    RequestsFile,
+    build_body,
+    check_openai_options,
+    read_requests,
 )
+from app.commands.batch_purge import cmd_purge, cutoff
+from app.commands.batch_views import batch_state, batch_summary, batches_table, items_table
+from app.commands.batch_wait import interrupted, wait_for
 from app.commands.output import print_json
-from app.errors import RelayError
 from app.settings import ClientSettings
 from schemas.batches import FINAL_STATES
 
 EXIT_NOT_ALL_COMPLETED = 3
-WAIT_GIVES_UP_AFTER_S = 900.0  # `submit --wait` keeps asking an API that does not answer for this long
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell tool stopped by Ctrl-C
 # The console's and the API's words for a list's state filter, as the API's status and finished arguments.
 LIST_STATES = {"active": {"status": "queued", "finished": "false"}, "done": {"status": "queued", "finished": "true"},
                "cancelled": {"status": "cancelled"}}
 
 
-class UnreadableFile(RelayError):
-    """The requests file cannot be read or holds no valid JSON Lines."""
-
-    code = "unreadable_file"
-
-
-class InvalidJsonl(UnreadableFile):
-    """A line of the requests file is not JSON, or the file holds no request."""
-
-    code = "invalid_jsonl"
-
-
 def register(sub: Any) -> None:
     batches = sub.add_parser("batches", help="submit and follow batches through a Relay API")
     cmds = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND")
-    p = _with_client(cmds.add_parser("submit", help="submit a JSON Lines file of requests (one body per line)"))
-    p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
-    p.add_argument("--shape", required=True, choices=SHAPES)
+    p = _with_client(cmds.add_parser("submit", help="submit a JSON Lines file of requests (one body per line, or"
+                                                    " OpenAI's batch input format)"))
+    _with_file(p)
     p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
     p.add_argument("--wait", action="store_true", help="show progress until every item is final (asking again"
                    " with growing pauses while the API does not answer); exits 3 when some items did not complete")
@@ -75,8 +61,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_submit)
     p = _with_client(cmds.add_parser("estimate", help="what submitting the file would cost and how long it would"
                                                       " take; nothing is stored or run"))
-    p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
-    p.add_argument("--shape", required=True, choices=SHAPES)
+    _with_file(p)
     p.add_argument("--metadata", type=json.loads, help='a JSON object, e.g. {"job": "nightly"}')
     _with_limits(p)
     p.set_defaults(func=cmd_estimate)
@@ -134,6 +119,14 @@ def _with_client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _with_file(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", type=Path, help="FILE.jsonl; '-' reads standard input")
+    p.add_argument("--shape", choices=SHAPES, help="the shape of the request bodies (OpenAI's batch input format"
+                                                   " names it in each line's url)")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="relay: a request body a line; openai: OpenAI's"
+                   " batch input format ({custom_id, method, url, body} a line); auto (the default): told by the lines")
+
+
 def _with_limits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cost", type=dollars, metavar="DOLLARS", help="a spend cap: once the batch's recorded cost"
                    " reaches it, items not started end discarded `budget_exceeded` (its models must be priced)")
@@ -149,21 +142,41 @@ def _codes(text: str) -> list[str]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    lines = _read_lines(args.file)
-    body = build_body([text for _, text in lines], args.shape, args.metadata, max_cost=args.max_cost,
-                      completion_window=args.completion_window)
-    numbers = [number for number, _ in lines]
+    requests_file, body = _requests_body(args)
+    numbers = requests_file.numbers
     if not args.no_estimate:
         estimate = _estimate(args, body, numbers)
         if estimate is not None:
             print("\n".join(estimate_lines(estimate)), file=sys.stderr)
         confirm(args, estimate, interactive=str(args.file) != "-" and sys.stdin.isatty())
     try:
-        batch = _call(args, "POST", "/v1/batches", data=body, headers={"content-type": "application/json"})
+        batch = (_submit_openai(args, requests_file) if requests_file.openai_endpoint else
+                 _call(args, "POST", "/v1/batches", data=body, headers={"content-type": "application/json"}))
     except ApiError as exc:
         raise by_file_line(exc, args.file, numbers) from None
     print(batch["id"])
     return follow(args, batch, "submitted")
+
+
+def _requests_body(args: argparse.Namespace) -> tuple[RequestsFile, bytes]:
+    """The requests file, and the Relay submit body it amounts to (what the estimate is asked of)."""
+    requests_file = read_requests(args.file, args.format, args.shape)
+    check_openai_options(requests_file, args.max_cost, args.completion_window)
+    body = build_body([text for _, text in requests_file.lines], requests_file.shape, args.metadata,
+                      max_cost=args.max_cost, completion_window=args.completion_window)
+    return requests_file, body
+
+
+def _submit_openai(args: argparse.Namespace, requests_file: RequestsFile) -> dict[str, Any]:
+    """An OpenAI batch input file through the OpenAI-compatible API: uploaded, a batch created from it for its
+    endpoint; the batch as Relay's API shows it."""
+    content = b"\n".join(requests_file.original) + b"\n"
+    uploaded = _call(args, "POST", "/v1/files", data={"purpose": "batch"},
+                     files={"file": (requests_file.path.name, content, "application/jsonl")})
+    create = {"input_file_id": uploaded["id"], "endpoint": requests_file.openai_endpoint, "completion_window": "24h",
+              **({"metadata": args.metadata} if args.metadata is not None else {})}
+    created = _call(args, "POST", "/v1/batches", json=create)
+    return _call(args, "GET", f"/v1/batches/{created['id']}", params={"format": "relay", "limit": 0})  # type: ignore[no-any-return]
 
 
 def follow(args: argparse.Namespace, batch: dict[str, Any], done: str) -> int:
@@ -173,7 +186,12 @@ def follow(args: argparse.Namespace, batch: dict[str, Any], done: str) -> int:
         if args.json:
             print_json(batch)
         return 0
-    batch = wait_for(args, batch["id"], sys.stderr)
+    try:
+        batch = wait_for(lambda: _call(args, "GET", f"/v1/batches/{batch['id']}",
+                                       params={"format": "relay", "limit": 0}), batch["id"], sys.stderr)
+    except KeyboardInterrupt:
+        print("\n" + interrupted(batch["id"]), file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(" ".join(f"{s}={batch['counts'][s]}" for s in FINAL_STATES))
     if args.json:
         print_json(batch)
@@ -193,13 +211,11 @@ def _estimate(args: argparse.Namespace, body: bytes, numbers: Sequence[int]) -> 
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    lines = _read_lines(args.file)
-    body = build_body([text for _, text in lines], args.shape, args.metadata, max_cost=args.max_cost,
-                      completion_window=args.completion_window)
+    requests_file, body = _requests_body(args)
     try:
         estimate = _call(args, "POST", "/v1/batches/estimate", data=body, headers={"content-type": "application/json"})
     except ApiError as exc:
-        raise by_file_line(exc, args.file, [number for number, _ in lines]) from None
+        raise by_file_line(exc, args.file, requests_file.numbers) from None
     if args.json:
         print_json(estimate)
     else:
@@ -338,61 +354,6 @@ def print_list(args: argparse.Namespace, page: dict[str, Any], *, more: str, adm
         print("\n".join(batches_table(page["data"], admin=admin)))
     if page["next_cursor"]:
         print(f"older batches: {more} --{'cursor' if admin else 'after'} {page['next_cursor']}")
-
-
-def build_body(lines: list[bytes], shape: str, metadata: Any, *, max_cost: Decimal | None = None,
-               completion_window: str | None = None) -> bytes:
-    """The submit body, splicing each line's JSON as it is (no re-serialising of large files)."""
-    head: dict[str, Any] = {"shape": shape}
-    if metadata is not None:
-        head["metadata"] = metadata
-    if max_cost is not None:
-        head["max_cost"] = float(max_cost)
-    if completion_window is not None:
-        head["completion_window"] = completion_window
-    prefix = json.dumps(head)[:-1].encode() + b', "requests": ['
-    return prefix + b",".join(lines) + b"]}"
-
-
-def _read_lines(path: Path) -> list[tuple[int, bytes]]:
-    """Non-blank lines of a JSON Lines file with their line numbers, each checked to be JSON."""
-    try:
-        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
-    except OSError as exc:
-        raise UnreadableFile(message=f"cannot read {path}: {exc.strerror or exc}") from None
-    lines = []
-    for number, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            json.loads(line)
-        except ValueError as exc:
-            raise InvalidJsonl(message=f"{path}:{number}: not valid JSON ({exc})") from exc
-        lines.append((number, line.strip()))
-    if not lines:
-        raise InvalidJsonl(message=f"{path}: no requests")
-    return lines
-
-
-def wait_for(args: argparse.Namespace, batch_id: str, out: IO[str], interval: float = 0.5) -> dict[str, Any]:
-    """Poll the just-submitted batch until it is finished, drawing a progress bar (with rate and ETA) on OUT; an API
-    that does not answer (a restart, say) is asked again with growing pauses, saying so, for up to
-    WAIT_GIVES_UP_AFTER_S."""
-    started, drawn = time.monotonic(), 0
-    doing = f"batch {batch_id} keeps running meanwhile"
-    while True:
-        batch = with_retries(lambda: _call(args, "GET", f"/v1/batches/{batch_id}",
-                                           params={"format": "relay", "limit": 0}),
-                             doing=doing, give_up_after_s=WAIT_GIVES_UP_AFTER_S, out=out)
-        elapsed = time.monotonic() - started
-        line = progress_line(batch, rate=final_count(batch) / elapsed if elapsed > 0 else None)
-        out.write("\r" + line.ljust(drawn))  # a shorter line than the last must not leave its characters behind
-        out.flush()
-        drawn = len(line)
-        if batch["finished"]:
-            out.write("\n")
-            return batch
-        time.sleep(interval)
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:

@@ -23,6 +23,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("apply", help="apply a whole catalog from a YAML or JSON file (idempotent)")
     p.add_argument("file", help="the catalog file (YAML, or JSON when it ends in .json); - reads stdin")
     p.add_argument("--dry-run", action="store_true", help="validate and show the changes without making them")
+    p.add_argument("--if-empty", action="store_true",
+                   help="apply only when the catalog is empty (a fresh install); otherwise leave it as it is")
     p.set_defaults(func=cmd_apply)
 
     catalog = sub.add_parser("catalog", help="catalog commands")
@@ -47,7 +49,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     fmt = "json" if args.file.endswith(".json") else "yaml"
     try:
         with cli_runtime() as runtime:
-            result = apply_catalog(runtime, parse_document(text, fmt), dry_run=args.dry_run)
+            result = apply_catalog(runtime, parse_document(text, fmt), dry_run=args.dry_run,
+                                   only_if_empty=args.if_empty)
     except InvalidCatalog as exc:
         print(f"relay: {args.file}: {exc.message}", file=sys.stderr)
         for problem in exc.problems:
@@ -69,6 +72,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def describe_changes(result: ApplyResult) -> str:
     """One line per kind and change, e.g. `created models: gpt-4o-mini, claude-sonnet`."""
+    if result.kept:
+        return f"the catalog is not empty: left as it is (catalog version {result.version})"
     lines = [f"{change} {kind}: {', '.join(names)}"
              for kind, changes in result.changes.items() for change, names in changes.items() if names]
     if not lines:

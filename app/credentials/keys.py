@@ -123,7 +123,7 @@ def key_fields(view: RelayKeyView, now: datetime | None = None) -> dict[str, Any
     key = view.key
     return {"id": key.id, "name": key.name, "prefix": key.prefix, "policy": view.policy, "project": view.project,
             "team": view.team, "principal_kind": key.principal_kind, "principal": view.principal,
-            "expires_at": key.expires_at, "state": key.effective_state(now or datetime.now(UTC)),
+            "expires_at": key.expires_at, "state": view.state(now or datetime.now(UTC)),
             "created_at": key.created_at, "updated_at": key.updated_at}
 
 

@@ -69,6 +69,13 @@ class RelayKeyView:
     policy: str
     project: str | None
     team: str | None
+    policy_state: str = "active"  # active | disabled | deleted
+
+    def state(self, now: datetime) -> str:
+        """The key's own state; an active key whose policy is deleted or disabled is `policy_deleted` or
+        `policy_disabled`, which is what its calls answer."""
+        state = self.key.effective_state(now)
+        return f"policy_{self.policy_state}" if state == "active" and self.policy_state != "active" else state
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from app.credentials.model import KeyValueRecord, RelayKeyRecord, RelayKeyView, 
 _KEY_COLUMNS = ("k.id, k.name, k.prefix, k.principal_kind, k.principal_id, k.policy_id, k.project_id, k.team_id,"
                 " k.state, k.expires_at, k.created_at, k.updated_at")
 _KEY_VIEW = ("SELECT " + _KEY_COLUMNS + ", p.name AS policy_name, pr.name AS project_name, t.name AS team_name,"
+             " CASE WHEN p.deleted_at IS NOT NULL THEN 'deleted' WHEN NOT p.enabled THEN 'disabled'"
+             " ELSE 'active' END AS policy_state,"
              " COALESCE(u.name, s.name) AS principal_name"
              " FROM relay_keys k JOIN policies p ON p.id = k.policy_id"
              " LEFT JOIN projects pr ON pr.id = k.project_id LEFT JOIN teams t ON t.id = k.team_id"
@@ -89,7 +91,8 @@ def list_relay_key_views(conn: Connection[Any], key_id: UUID | None = None) -> l
     rows = conn.execute(_KEY_VIEW + where + " ORDER BY k.created_at DESC, k.id",  # type: ignore[arg-type]
                         (key_id,) if key_id else ()).fetchall()
     return [RelayKeyView(key=_key(r), principal=r["principal_name"], policy=r["policy_name"],
-                         project=r["project_name"], team=r["team_name"]) for r in rows]
+                         project=r["project_name"], team=r["team_name"], policy_state=r["policy_state"])
+            for r in rows]
 
 
 def insert_token(conn: Connection[Any], user_id: UUID, expires_at: datetime) -> TokenRecord:

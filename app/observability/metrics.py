@@ -233,29 +233,35 @@ def check_worker_metrics_port(port: int, host: str) -> None:
                 " install on a host), or 0 to turn the workers' metrics off") from None
 
 
-def start_worker_metrics_server(runtime: Runtime | None = None, port: int | None = None,
-                                host: str | None = None) -> bool:
-    """Serve /metrics for the workers on RELAY_WORKER_METRICS_HOST (127.0.0.1):PORT from a background thread;
-    False when off or taken.
+def start_worker_metrics_server(runtime: Runtime, port: int | None = None, host: str | None = None) -> bool:
+    """Serve /metrics for the workers on RELAY_WORKER_METRICS_HOST (127.0.0.1):PORT from a background thread, to
+    the bearer of the metrics or admin token only, as the API's /metrics; False when off or taken.
 
     Safe to call in every worker process: the first to bind serves (in multiprocess mode, for all of them).
     """
-    from prometheus_client import start_http_server
+    from app.observability.metrics_access import serve_in_thread
 
-    from app.settings import Settings
-
-    settings = runtime.settings if runtime is not None else Settings  # the class holds the defaults
+    settings = runtime.settings
     port = settings.worker_metrics_port if port is None else port
     host = host or settings.worker_metrics_host
     if port <= 0:
         return False
     try:
-        start_http_server(port, addr=host, registry=_ScrapeTimeRegistry(runtime))  # type: ignore[arg-type]
+        serve_in_thread(worker_metrics_app(runtime), host, port)
     except OSError:  # a sibling worker process serves it (`relay worker` checked at start that none other does)
         log.debug("worker metrics port %d is served by another worker process", port)
         return False
     log.info("worker metrics on http://%s:%d/metrics", host, port)
     return True
+
+
+def worker_metrics_app(runtime: Runtime) -> Any:
+    """The WSGI app of the workers' metrics port: a fresh scrape per request, for metrics readers only."""
+    from prometheus_client import make_wsgi_app
+
+    from app.observability.metrics_access import token_guarded
+
+    return token_guarded(make_wsgi_app(_ScrapeTimeRegistry(runtime)), runtime.settings)  # type: ignore[arg-type]
 
 
 class _ScrapeTimeRegistry:

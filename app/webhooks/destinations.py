@@ -1,8 +1,9 @@
 """Where a webhook may go. A batch's callback_url only to hosts the operator allows (RELAY_WEBHOOK_ALLOWED_HOSTS),
 checked at submit; and before every attempt, every address the destination's host resolves to must be public
-unless the operator allows its network (RELAY_WEBHOOK_ALLOWED_NETWORKS): loopback, link-local, private, shared,
-reserved and cloud-metadata addresses are refused. The attempt then connects to the address that was checked,
-never resolving again (no DNS rebinding between check and connect)."""
+unless the operator allows its network (RELAY_WEBHOOK_ALLOWED_NETWORKS): every block of IANA's special-purpose
+registries (loopback, link-local, private, shared, documentation, 6to4, site-local, ...: special_addresses),
+multicast, reserved and cloud-metadata addresses are refused. The attempt then connects to the address that was
+checked, never resolving again (no DNS rebinding between check and connect)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.errors import BadRequest
+from app.webhooks.special_addresses import reached, special_purpose
 from schemas.webhooks import url_problem
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -121,18 +123,15 @@ def resolve_target(url: str, allowed: HostRules) -> Target:
 
 def refusal(address: IPAddress, allowed: HostRules) -> str | None:
     """Why a delivery may not connect to ADDRESS; None when it may (public, or in an allowed network)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    address = reached(address)
     if allowed.allows_address(address):
         return None
     if address in METADATA:
         return "a cloud metadata address"
-    for test, what in ((address.is_loopback, "a loopback address"), (address.is_link_local, "a link-local address"),
-                       (address.is_private, "a private address"),
-                       (not address.is_global or address.is_multicast or address.is_reserved, "not a public address")):
-        if test:
-            return what
-    return None
+    reason = special_purpose(address)
+    if reason is None and (not address.is_global or address.is_multicast or address.is_reserved):
+        reason = "not a public address"  # what this Python's own tables add to the registries'
+    return reason
 
 
 def _address(host: str) -> IPAddress | None:

@@ -19,6 +19,8 @@ from schemas.timestamps import rfc3339, unix
 
 Row = dict[str, Any]
 
+CALLBACK = "callback"  # the destination of a batch's own callback_url
+
 
 def record_ended(conn: Any, batches: Iterable[Row]) -> int:
     """The event and deliveries of each batch that has just ended (rows of store.ENDED_COLUMNS), in the caller's
@@ -31,7 +33,7 @@ def record_ended(conn: Any, batches: Iterable[Row]) -> int:
         kind = event_type(batch, expired=expiry_passed(batch) and store.any_expired(conn, batch["id"]))
         targets = [(e["id"], e["destination"], e["url"], None) for e in endpoints if wants(e["events"], kind)]
         if batch["callback_url"]:
-            targets.append((None, "callback", batch["callback_url"], batch["callback_secret_enc"]))
+            targets.append((None, CALLBACK, batch["callback_url"], batch["callback_secret_enc"]))
         if not targets:
             continue
         event_id = uuid.uuid4()

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from app.cursors import decode_cursor, encode_cursor
 from app.errors import NotFound
 from app.runtime import Runtime
 from app.webhooks import store
-from app.webhooks.events import event_name
+from app.webhooks.events import CALLBACK, event_name
+
+MAX_BATCH_DELIVERIES = 200  # a batch has an event or two, each delivered to a few destinations
 
 
 class DeliveryNotFound(NotFound):
@@ -48,6 +51,23 @@ def resend(runtime: Runtime, delivery_id: str) -> dict[str, Any]:
             raise DeliveryNotFound(message="webhook delivery not found")
         store.notify(conn)
     return get_delivery(runtime, delivery_id)
+
+
+def batch_deliveries(runtime: Runtime, batch_id: UUID) -> dict[str, Any]:
+    """Every delivery of one batch's events, newest first, each with its attempts: what its submitter sees (the
+    caller checked it owns the batch). A project's or team's endpoint is shown by its origin only: its path and
+    query are the operator's configuration."""
+    with runtime.pool.connection() as conn:
+        rows = store.list_deliveries(conn, state=None, batch_id=batch_id, before=None, limit=MAX_BATCH_DELIVERIES)
+        attempts = {r["id"]: store.attempts_of(conn, r["id"]) for r in rows}
+    return {"data": [{**delivery_view(r), "url": _shown_url(r), "attempt_log": attempts[r["id"]]} for r in rows]}
+
+
+def _shown_url(row: dict[str, Any]) -> str:
+    if row["destination"] == CALLBACK:
+        return str(row["url"])
+    parts = urlsplit(row["url"])
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
 def delivery_view(row: dict[str, Any]) -> dict[str, Any]:

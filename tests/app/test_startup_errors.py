@@ -20,10 +20,12 @@ def run_relay(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
 GOOD = {"RELAY_ADMIN_TOKEN": "a" * 32, "RELAY_SECRET_KEY": "s" * 32}
 
 
-def test_a_missing_database_url_is_named_in_one_line() -> None:
+def test_a_missing_database_url_is_named_in_one_line_then_where_settings_come_from() -> None:
     out = run_relay(["migrate"], RELAY_BROKER_URL="amqp://guest:guest@127.0.0.1:1/%2F", **GOOD)
     assert out.returncode != 0
-    assert out.stderr.strip().splitlines() == ["relay: configuration error: RELAY_DATABASE_URL is required but not set"]
+    lines = out.stderr.strip().splitlines()
+    assert lines[0] == "relay: configuration error: RELAY_DATABASE_URL is required but not set" and len(lines) == 2
+    assert lines[1].startswith("  relay reads its settings from RELAY_* environment variables")
 
 
 def test_an_unreachable_database_is_one_line_naming_it() -> None:

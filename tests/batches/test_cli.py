@@ -35,7 +35,7 @@ def test_submit_waits_with_a_progress_bar_then_status_results_list_and_delete(re
                                                                        tmp_path: Path) -> None:
     jsonl = tmp_path / "requests.jsonl"
     jsonl.write_text("\n".join(json.dumps(CHAT) for _ in range(5)) + "\n\n")
-    done = relay(relay_api, key, "submit", str(jsonl), "--shape", "openai", "--wait")
+    done = relay(relay_api, key, "submit", str(jsonl), "--shape", "openai", "--wait", "--yes")
     assert done.returncode == 0, done.stderr.decode()
     batch_id = done.stdout.decode().splitlines()[0]
     assert "completed=5" in done.stdout.decode()
@@ -57,7 +57,7 @@ def test_submit_waits_with_a_progress_bar_then_status_results_list_and_delete(re
 def test_cancel_and_errors_are_reported(relay_api, workers, make_key, upstream, tmp_path: Path) -> None:
     key = make_key("slow")["key"]
     upstream.control("sk-batch-slow", latency_ms=5_000)
-    submitted = relay(relay_api, key, "submit", "-", "--shape", "openai",
+    submitted = relay(relay_api, key, "submit", "-", "--shape", "openai", "--yes",
                       stdin=b"\n".join(json.dumps(CHAT).encode() for _ in range(20)))
     batch_id = submitted.stdout.decode().strip()
     cancelled = json.loads(relay(relay_api, key, "cancel", batch_id, "--json").stdout)
@@ -72,7 +72,7 @@ def test_cancel_and_errors_are_reported(relay_api, workers, make_key, upstream, 
 def test_submit_wait_exits_3_when_items_were_discarded(relay_api, workers, key, tmp_path: Path) -> None:
     jsonl = tmp_path / "mixed.jsonl"
     jsonl.write_text(json.dumps(CHAT) + "\n" + json.dumps({**CHAT, "model": "no-such-model"}) + "\n")
-    done = relay(relay_api, key, "submit", str(jsonl), "--shape", "openai", "--wait")
+    done = relay(relay_api, key, "submit", str(jsonl), "--shape", "openai", "--wait", "--yes")
     assert done.returncode == 3, done.stderr.decode()
     assert "completed=1 discarded=1 cancelled=0" in done.stdout.decode()
 
@@ -87,7 +87,7 @@ def test_a_missing_or_unreadable_file_is_one_line_not_a_traceback(relay_api, key
 
 def test_list_pages_with_after_and_status_pages_items(relay_api, make_key) -> None:
     key = make_key()["key"]
-    ids = [relay(relay_api, key, "submit", "-", "--shape", "openai",
+    ids = [relay(relay_api, key, "submit", "-", "--shape", "openai", "--yes",
                  stdin=b"\n".join([json.dumps(CHAT).encode()] * 5)).stdout.decode().strip() for _ in range(3)]
     first = json.loads(relay(relay_api, key, "list", "--limit", "2", "--json").stdout)
     assert [b["id"] for b in first["data"]] == ids[::-1][:2] and first["next_cursor"]
@@ -108,7 +108,7 @@ def test_the_apis_field_messages_are_printed(relay_api, key) -> None:
 
 
 def test_the_progress_line_shows_rate_and_eta() -> None:
-    from app.commands.batches import progress_line
+    from app.commands.batch_views import progress_line
 
     batch = {"total": 1000, "counts": {"queued": 400, "running": 100, "completed": 480, "discarded": 20,
                                        "cancelled": 0}}

@@ -79,6 +79,25 @@ def test_on_a_terminal_submit_asks_before_a_large_spend_and_submits_only_on_yes(
     assert len(_batches(relay_api.url, key)) == 1
 
 
+def test_a_batch_with_no_cost_bound_is_asked_about_too_unless_a_spend_cap_bounds_it(relay_api, make_key,  # type: ignore[no-untyped-def]
+                                                                                     tmp_path: Path) -> None:
+    key = make_key()["key"]
+    path = _jsonl(tmp_path, PRICEY, CHAT)  # CHAT has no max_tokens, and the model no max_output_tokens
+    refused = cli(relay_api.url, key, "submit", str(path), "--shape", "openai")
+    assert refused.returncode == 1 and "cost: no upper bound" in refused.stderr
+    assert refused.stderr.splitlines()[-1] == (
+        "relay: confirmation_required: the batch has no upper bound on its cost (see the estimate; --max-cost caps"
+        " it), and there is no terminal to ask: pass --yes to submit it; nothing was submitted")
+    assert _batches(relay_api.url, key) == []
+    code, said = _on_a_terminal(relay_api.url, key, path, b"\n")
+    assert code == 1 and "Submit 2 items with NO upper bound on their cost? [y/N] " in said, said
+    assert _batches(relay_api.url, key) == []
+    capped = cli(relay_api.url, key, "submit", str(path), "--shape", "openai", "--max-cost", "0.5")
+    assert capped.returncode == 0, capped.stderr
+    assert cli(relay_api.url, key, "submit", str(path), "--shape", "openai", "--yes").returncode == 0
+    assert len(_batches(relay_api.url, key)) == 2
+
+
 def test_estimate_alone_stores_nothing_and_speaks_json_for_scripts(relay_api, make_key, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     key = make_key()["key"]
     path = _jsonl(tmp_path, *[PRICEY] * 2, CHAT)
@@ -93,7 +112,7 @@ def test_estimate_alone_stores_nothing_and_speaks_json_for_scripts(relay_api, ma
 
 def _finished_mixed_batch(url: str, key: str, tmp_path: Path) -> str:
     done = cli(url, key, "submit", str(_jsonl(tmp_path, CHAT, {**CHAT, "model": "no-such-model"}, CHAT)),
-               "--shape", "openai", "--wait")
+               "--shape", "openai", "--wait", "--yes")
     assert done.returncode == 3, done.stderr  # one item discarded
     return done.stdout.splitlines()[0]
 
@@ -143,7 +162,8 @@ def test_rerun_errors_are_told_with_their_codes(relay_api, workers, make_key, tm
 def test_a_paced_batchs_status_shows_its_rate_and_expected_finish(relay_api, workers, make_key,  # type: ignore[no-untyped-def]
                                                                   tmp_path: Path) -> None:
     key = make_key("paced")["key"]
-    submitted = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, *[CHAT] * 40)), "--shape", "openai")
+    submitted = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, *[CHAT] * 40)), "--shape", "openai",
+                    "--yes")
     assert submitted.returncode == 0, submitted.stderr
     assert "timing (your policy paces batches): paced (0.5 of the limits, 120 items/min): the last item starts in" \
         in submitted.stderr

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,6 +14,7 @@ import yaml
 from tests.catalog.helpers import HOST_KEY_SECRETS, base_catalog
 
 pytestmark = pytest.mark.integration
+DEMO_CATALOG = Path(__file__).resolve().parents[2] / "app" / "demo" / "catalog.yaml"
 
 
 def test_relay_apply_applies_a_yaml_file_once(relay, tmp_path) -> None:
@@ -57,3 +62,38 @@ def test_relay_catalog_export_prints_the_catalog_without_secrets(relay, tmp_path
     exported = yaml.safe_load(out)
     assert [m["name"] for m in exported["models"]] == ["claude-sonnet", "gpt-4o-mini"]
     assert json.loads(relay("catalog", "export", "--format", "json")[1]) == exported
+
+
+def test_relay_apply_if_empty_applies_only_over_an_empty_catalog(relay, runtime, tmp_path) -> None:
+    mine = tmp_path / "mine.yaml"
+    doc = base_catalog()
+    doc["projects"][0]["webhooks"] = [{"url": "https://hooks.example.com/relay", "secret": "whsec_" + "a" * 32}]
+    mine.write_text(yaml.safe_dump(doc))
+    demo = tmp_path / "demo.yaml"
+    demo.write_text(DEMO_CATALOG.read_text())
+    assert relay("apply", str(mine))[0] == 0
+    code, out, _ = relay("apply", "--if-empty", str(demo))
+    assert code == 0 and out.startswith("the catalog is not empty: left as it is")
+    assert relay("apply", "--dry-run", str(mine))[1].startswith("no changes")  # the webhook is still there
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("{}\n")
+    relay("apply", str(empty))
+    code, out, _ = relay("apply", "--if-empty", str(demo))
+    assert code == 0 and "created policies: default" in out
+    assert relay("apply", "--if-empty", str(mine))[1].startswith("the catalog is not empty")
+    relay("apply", str(mine))
+
+
+@pytest.mark.parametrize("local_install", [False, True])
+def test_relay_apply_without_the_environment_says_where_the_settings_are(tmp_path, local_install: bool) -> None:
+    if local_install:
+        (tmp_path / ".run").mkdir()
+        (tmp_path / ".run" / "env").write_text("export RELAY_DATABASE_URL=postgresql://nowhere/relay\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "apply", str(DEMO_CATALOG)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    err = done.stderr.splitlines()
+    assert done.returncode == 2 and err[0] == "relay: configuration error: RELAY_DATABASE_URL is required but not set"
+    assert "RELAY_* environment variables (docs/configuration.md)" in err[1]
+    assert ("run `source .run/env` first" in err[1]) == local_install and "Traceback" not in done.stderr

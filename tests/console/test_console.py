@@ -7,6 +7,7 @@ Screenshots go to test-artifacts/console/ (git-ignored)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -127,12 +128,24 @@ def test_a_running_batch_is_cancelled_only_after_confirmation(console: Console, 
         assert not dialog.is_displayed() and "State: running" in console.text(".lead")
         console.first("#cancel-batch").click()
         console.wait_for("dialog#confirm button[value=yes]").click()
+        told = console.wait_text("#action-status", "Batch cancelled: ")
+        said = re.fullmatch(r"Batch cancelled: (\d+) cancelled, (\d+) running being stopped \(they end cancelled\), "
+                            r"(\d+) had already ended \(completed (\d+), discarded (\d+)\)\.", told)
+        assert said and sum(map(int, said.groups()[:3])) == 8, told  # the counts' words, adding up to the batch
         console.wait_text(".lead", "State: cancelled")
         console.wait(lambda: _progress(console) == (8, 8), "every item final")
         assert "cancelled 8" in console.text(".progress-text")
         assert not console.first("#cancel-batch").is_enabled()
     finally:
         console_world.upstream.forget("sk-batch-slow")
+
+
+def test_amounts_are_in_dollars_with_sensible_precision_never_in_exponent_notation(console: Console) -> None:
+    console.open()
+    shown = console.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "import('/console/ui.js').then((m) => done([7.5e-7, 0.000123456, 0.5, 0.0018, 12.345, 0, null].map(m.usd)));")
+    assert shown == ["$0.00000075", "$0.000123", "$0.50", "$0.0018", "$12.35", "$0", "unpriced"]
 
 
 def test_another_callers_batch_is_not_found_and_not_listed(console: Console, console_world: ConsoleWorld) -> None:

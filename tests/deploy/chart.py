@@ -16,6 +16,7 @@ CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "relay"
 SECRETS = {"databaseUrl": "postgresql://relay:pg-pass-7f3a@pg.example:5432/relay",
            "brokerUrl": "amqp://relay:mq-pass-91c2@mq.example:5672/relay",
            "adminToken": "admin-token-5d1e8b2c9a7f4e60", "secretKey": "secret-key-0b6f3c8d2e9a1f47",
+           "metricsToken": "metrics-token-8e2f4a6c1b3d5e79",
            "extra": {"OPENAI_API_KEY": "sk-provider-key-4c8e2a"}}
 BASE = {"secrets": SECRETS}
 SHARED = {"payloads": {"shared": {"enabled": True}}, "api": {"replicas": 2}, "worker": {"replicas": 3}}

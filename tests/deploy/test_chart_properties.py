@@ -127,16 +127,45 @@ def test_relay_worker_is_pid_1_of_its_container_so_sigterm_reaches_it_alone(name
             assert "args" not in c and "lifecycle" not in c
 
 
-def test_probes_use_healthz_and_readyz_on_the_api_and_the_metrics_port_on_the_workers() -> None:
+def test_probes_use_healthz_and_readyz_on_the_api_and_the_metrics_port_from_inside_the_worker() -> None:
     rendered = render(VALUE_SETS["shared-rwx"])
     api = container(rendered.named("Deployment", "-api"), "api")
     assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert api["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     worker = container(rendered.named("Deployment", "-worker"), "worker")
-    assert worker["livenessProbe"]["tcpSocket"]["port"] == "metrics"
-    [port] = worker["ports"]
-    assert port["name"] == "metrics" and str(port["containerPort"]) == env_of(worker)["RELAY_WORKER_METRICS_PORT"]
-    assert env_of(worker)["RELAY_WORKER_METRICS_HOST"] == "0.0.0.0"  # the kubelet probes the pod's address
+    for probe in (worker["livenessProbe"], worker["startupProbe"]):  # the kubelet cannot reach the pod's loopback
+        command = probe["exec"]["command"]
+        assert command[:2] == ["python", "-c"] and "('127.0.0.1', int(os.environ['RELAY_WORKER_METRICS_PORT']))" \
+            in command[2]
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_the_workers_metrics_port_stays_inside_the_pod_unless_a_token_guarded_service_monitor_scrapes_it(
+        name: str) -> None:
+    values = VALUE_SETS[name]
+    rendered = render(values)
+    monitored = values.get("serviceMonitor", {}).get("enabled", False)
+    [workers] = [c for d in rendered.of_kind("Deployment") for c in pod_spec(d)["containers"] if c["name"] == "worker"]
+    env = env_of(workers)
+    assert env["RELAY_WORKER_METRICS_HOST"] == ("0.0.0.0" if monitored else "127.0.0.1")
+    services = [s["metadata"]["name"] for s in rendered.of_kind("Service")]
+    assert any(n.endswith("-worker-metrics") for n in services) == monitored
+    assert ("ports" in workers) == monitored
+    if monitored:
+        [secret] = rendered.of_kind("Secret")
+        assert secret["stringData"]["RELAY_METRICS_TOKEN"] == SECRETS["metricsToken"]
+        assert env["RELAY_METRICS_TOKEN"] == ("secret", secret["metadata"]["name"], "RELAY_METRICS_TOKEN")
+        for monitor in rendered.of_kind("ServiceMonitor"):
+            [endpoint] = monitor["spec"]["endpoints"]
+            assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+                "name": secret["metadata"]["name"], "key": "RELAY_METRICS_TOKEN"}}
+
+
+def test_a_service_monitor_without_a_metrics_token_is_refused_at_render() -> None:
+    values = merged(BASE, {"serviceMonitor": {"enabled": True}})
+    del values["secrets"]["metricsToken"]
+    with pytest.raises(Exception, match=r"secrets\.metricsToken is required"):
+        render(values)
 
 
 def test_migrations_then_the_catalog_run_as_pre_install_and_pre_upgrade_hooks_after_the_secret() -> None:

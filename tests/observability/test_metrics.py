@@ -16,7 +16,9 @@ from app.observability.metrics import (
     observe_upstream,
     scrape_registry,
     start_worker_metrics_server,
+    worker_metrics_app,
 )
+from app.observability.metrics_access import serve_in_thread
 from app.runtime import Runtime
 from devtools.processes import free_port
 from tests.observability.helpers import parse, scrape, value
@@ -150,7 +152,7 @@ def test_the_worker_metrics_server_serves_on_loopback_once_per_port(runtime) -> 
     assert start_worker_metrics_server(runtime, port=port) is False  # another process already serves it
     assert start_worker_metrics_server(runtime, port=0) is False  # 0 = off
     observe_item("completed", 0.5)
-    body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    body = requests.get(f"http://127.0.0.1:{port}/metrics", headers=_admin(runtime), timeout=10).text
     samples = parse(body)
     assert value(samples, "relay_batch_item_duration_seconds_count", state="completed") >= 1
     assert ("relay_batch_items", frozenset({("state", "queued")})) in samples
@@ -164,7 +166,26 @@ def test_the_worker_metrics_server_listens_beyond_loopback_only_when_told(runtim
         requests.get(f"http://127.0.0.2:{default_port}/metrics", timeout=10)
     pod = dataclasses.replace(runtime, settings=dataclasses.replace(runtime.settings, worker_metrics_host="0.0.0.0"))
     assert start_worker_metrics_server(pod, port=open_port) is True
-    assert requests.get(f"http://127.0.0.2:{open_port}/metrics", timeout=10).status_code == 200
+    assert requests.get(f"http://127.0.0.2:{open_port}/metrics", headers=_admin(runtime), timeout=10).status_code == 200
+
+
+def test_the_worker_metrics_port_answers_only_the_metrics_or_admin_token(runtime) -> None:
+    metrics_token = "metrics-" + uuid.uuid4().hex
+    view = dataclasses.replace(runtime, settings=dataclasses.replace(runtime.settings, metrics_token=metrics_token))
+    url = f"http://127.0.0.1:{serve_in_thread(worker_metrics_app(view), '127.0.0.1', 0)}/metrics"
+    for headers, code in (({}, "missing_credential"), ({"Authorization": "Bearer rk_not-a-metrics-token"},
+                                                         "invalid_credential"),
+                          ({"Authorization": f"Bearer {metrics_token}x"}, "invalid_credential")):
+        res = requests.get(url, headers=headers, timeout=10)
+        assert res.status_code == 401 and res.json()["error"]["code"] == code, res.text[:200]
+        assert res.headers["WWW-Authenticate"].startswith("Bearer") and "relay_" not in res.text
+    for token in (metrics_token, runtime.settings.admin_token):
+        res = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert res.status_code == 200 and "relay_batch_items" in res.text
+
+
+def _admin(runtime: Runtime) -> dict[str, str]:
+    return {"Authorization": f"Bearer {runtime.settings.admin_token}"}
 
 
 class _BrokenPool:

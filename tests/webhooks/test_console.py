@@ -66,3 +66,24 @@ def test_the_operator_reads_a_deliverys_attempts_and_sends_it_again(
     browser.sign_in(key)  # a caller: the page is not theirs
     browser.go("#/webhooks")
     browser.wait_text("main", "This page is not part of the console for your sign-in")
+
+
+def test_the_submitter_reads_its_batchs_deliveries_on_the_batch_page(
+        browser: Console, stack: Stack, worker: RelayProcess, receiver: Receiver) -> None:
+    receiver.behave("/project", status=503, times=1)
+    key = stack.new_key("hooks")
+    batch_id = submit(stack, key, 1)
+    wait_delivery(stack, batch_id, "delivered")
+    [delivery] = deliveries(stack, batch_id)
+    browser.sign_in(key)
+    browser.go(f"#/batches/{batch_id}")
+    browser.wait_for("#batch-webhooks summary").click()
+    shown = browser.wait_for(f"section[data-delivery='{delivery['id']}']")
+    assert "project:p-hooks" in shown.text and "delivered" in shown.text and "batch.finished" in shown.text
+    assert "/project" not in shown.text  # a project's endpoint by its origin only
+    statuses = [r.find_elements(By.CSS_SELECTOR, "td")[2].text for r in shown.find_elements(By.CSS_SELECTOR,
+                                                                                           "tr[data-attempt]")]
+    assert statuses == ["503", "200"]
+    browser.screenshot("batch-webhook-deliveries")
+    problems = [m for m in browser.severe_logs() if "Refused" in m or "Uncaught" in m]
+    assert not problems, problems

@@ -187,7 +187,8 @@ def test_the_metrics_count_deliveries_and_show_the_oldest_undelivered(
     assert _value(text, "relay_webhook_oldest_undelivered_seconds") >= 1.0
     receiver.behave("/project", status=200)
     wait_delivery(stack, batch_id, "delivered")
-    worker_text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    worker_text = requests.get(f"http://127.0.0.1:{port}/metrics",
+                               headers={"Authorization": f"Bearer {stack.settings.admin_token}"}, timeout=10).text
     assert _value(worker_text, 'relay_webhook_attempt_duration_seconds_count{outcome="failed"}') >= 2
     assert _value(worker_text, 'relay_webhook_deliveries_total{outcome="delivered"}') >= 1
 

@@ -46,7 +46,7 @@ def test_every_non_public_destination_is_refused_before_any_connection_and_fails
     for url, reason in ((urls["loopback"], "a loopback address"), (urls["name"], "a loopback address"),
                         (urls["mapped"], "a loopback address"), (urls["private"], "a private address"),
                         (urls["metadata"], "a cloud metadata address"), (urls["shared"], "not a public address"),
-                        (urls["unspecified"], "a private address")):
+                        (urls["unspecified"], "'this network'")):
         assert errors[url].startswith("refused: ") and reason in errors[url], (url, errors[url])
     assert found[urls["link-local"]]["state"] == "pending" and not errors[urls["link-local"]].startswith("refused")
     assert all(d["attempts"] == 1 and d["last_status"] is None for url, d in found.items() if url != urls["link-local"])
@@ -99,6 +99,27 @@ def test_a_callback_url_must_name_an_allowed_host_over_http_or_https() -> None:
 def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
     found = refusal(ipaddress.ip_address(address), HostRules())
     assert found is not None and reason in found
+
+
+@pytest.mark.parametrize(("address", "reason"), [
+    ("2002:7f00:1::1", "6to4"), ("2002:808:808::1", "6to4"), ("fec0::1", "site-local"),
+    ("feff:ffff::1", "site-local"), ("192.88.99.1", "6to4 relay"), ("192.0.0.9", "IETF protocol"),
+    ("0.1.2.3", "this network"), ("198.18.0.1", "benchmarking"), ("192.0.2.7", "documentation"),
+    ("255.255.255.255", "limited broadcast"), ("2001:db8::1", "documentation"), ("3fff::1", "documentation"),
+    ("2001::1", "Teredo"), ("2001:2::1", "benchmarking"), ("64:ff9b:1::1", "local-use"), ("100::1", "discard"),
+    ("5f00::1", "SRv6"), ("ff02::1", "multicast"), ("::", "reserved"), ("::127.0.0.1", "reserved"),
+    ("4000::1", "outside 2000::/3"), ("64:ff9b::7f00:1", "loopback"), ("64:ff9b::a9fe:a9fe", "metadata"),
+    ("64:ff9b::a00:1", "private"),
+])
+def test_every_special_purpose_block_of_the_iana_registries_is_refused(address: str, reason: str) -> None:
+    found = refusal(ipaddress.ip_address(address), HostRules())
+    assert found is not None and reason in found, found
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "2606:4700:4700::1111", "64:ff9b::808:808", "::ffff:1.1.1.1",
+                                     "192.0.1.1", "2620:4f:8000::1"])
+def test_public_addresses_pass_including_a_public_one_behind_nat64(address: str) -> None:
+    assert refusal(ipaddress.ip_address(address), HostRules()) is None
 
 
 def test_an_allowed_network_opens_its_addresses_but_metadata_only_when_named_alone() -> None:

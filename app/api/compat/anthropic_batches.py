@@ -41,6 +41,7 @@ def _paths(suffix: str) -> list[str]:
 @idempotent
 @blp.doc(summary="Create a message batch",
          requestBody={"required": True, "content": {"application/json": {"schema": AnthropicCreateSchema}}})
+@error_answers(blp, 409, schema=ShapedErrorSchema)
 @blp.response(200, AnthropicBatchSchema)
 def create_message_batch() -> ResponseReturnValue:
     caller = request_caller()

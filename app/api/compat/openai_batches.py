@@ -169,6 +169,7 @@ def file_content(file_id: str) -> ResponseReturnValue:
 @idempotent
 @blp.doc(summary="Create a batch from an uploaded file",
          requestBody={"required": True, "content": {"application/json": {"schema": OpenAIBatchCreateSchema}}})
+@error_answers(blp, 409, schema=ShapedErrorSchema)
 @blp.response(200, OpenAIBatchSchema)
 def create_batch() -> ResponseReturnValue:
     caller = request_caller()

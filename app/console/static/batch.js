@@ -4,6 +4,7 @@
 // caller (/v1/batches) and the operator (/admin/batches).
 import { call } from "./api.js";
 import { API_NAMES, REFRESH_MS, basePath, batchName, view } from "./batches.js";
+import { deliveriesSection } from "./deliveries.js";
 import { itemSection } from "./items.js";
 import { rerunButton } from "./rerun.js";
 import {
@@ -21,7 +22,7 @@ export function batchView(main, route, session) {
   const heading = h("h1", { tabindex: "-1" }, "Batch ", h("code", {}, id));
   const body = h("div");
   const actions = h("div", { class: "actions" });
-  const actionStatus = h("p", { role: "status", class: "small" });
+  const actionStatus = h("p", { role: "status", class: "small", id: "action-status" });
   const itemView = h("section", { id: "item-view", class: "item-view", "aria-live": "polite", hidden: true });
   replace(main, heading, body);
   const top = h("div");
@@ -49,7 +50,8 @@ export function batchView(main, route, session) {
     last = signature;
     if (!built) {
       buildActions(actions, actionStatus, batch, session.role, () => { stop(); stop = every(REFRESH_MS, refresh); });
-      replace(body, top, actions, actionStatus, rest, itemView);
+      replace(body, top, actions, actionStatus, rest, itemView,
+        session.role === "admin" ? null : deliveriesSection(id)); // the operator's are on the Webhooks page
       built = true;
     }
     replace(heading, "Batch ", batchName(batch) ? batchName(batch) : h("code", {}, id));
@@ -182,7 +184,7 @@ function buildActions(actions, status, batch, role, restart) {
       if (!yes) return;
       try {
         const after = await call(`${base}/${batch.id}/cancel`, { method: "POST", query: view(role) });
-        replace(status, `Batch cancelled: ${after.counts.cancelled} items cancelled.`);
+        replace(status, cancelledText(after));
         announce("Batch cancelled");
         restart();
       } catch (err) {
@@ -192,6 +194,14 @@ function buildActions(actions, status, batch, role, restart) {
   }, "Cancel batch…");
   replace(actions, download("json"), download("jsonl"), role === "admin" ? null : rerunButton(batch, status), cancel,
     role === "admin" ? null : deleteButton(batch, status));
+}
+
+// What a cancel did, in the counts' own words: running items are still being stopped when it answers.
+function cancelledText(after) {
+  const c = after.counts;
+  const ended = (c.completed || 0) + (c.discarded || 0);
+  return `Batch cancelled: ${c.cancelled || 0} cancelled, ${c.running || 0} running being stopped (they end `
+    + `cancelled), ${ended} had already ended (completed ${c.completed || 0}, discarded ${c.discarded || 0}).`;
 }
 
 // Delete (the submitter only): once nothing runs; its items and stored payloads go, its usage stays.

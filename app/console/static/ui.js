@@ -236,9 +236,13 @@ function connectionBack() {
 }
 
 // Dollars for people: `$0.00585`, `$12.40`; `unpriced` when the cost is not known (null).
+// Dollars for people: cents from $1 up, else three significant digits, never in exponent notation ($0.00000075).
 export function usd(value) {
   if (value === null || value === undefined) return "unpriced";
   const n = Number(value);
   if (n === 0) return "$0";
-  return n >= 1 ? `$${n.toFixed(2)}` : `$${Number(n.toPrecision(3))}`;
+  if (Math.abs(n) >= 1) return `$${n.toFixed(2)}`;
+  const decimals = Math.min(12, 2 - Math.floor(Math.log10(Math.abs(n))));
+  const [whole, fraction = ""] = n.toFixed(decimals).replace(/0+$/, "").split(".");
+  return `$${whole}.${fraction.padEnd(2, "0")}`;
 }

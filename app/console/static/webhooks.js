@@ -87,11 +87,7 @@ function deliveryView(main, id) {
 function renderDelivery(box, d) {
   const again = h("button", { type: "button", class: "button", id: "send-again" }, "Send again");
   again.addEventListener("click", () => sendAgain(box, d));
-  const attempts = d.attempt_log.map((a) => h("tr", { dataset: { attempt: String(a.n) } },
-    h("td", { class: "num" }, String(a.n)), h("td", {}, localTime(a.started_at)),
-    h("td", { class: "num" }, a.status === null ? "—" : String(a.status)),
-    h("td", { class: "num" }, a.latency_ms === null ? "—" : `${Math.round(a.latency_ms)} ms`),
-    h("td", {}, a.error || (a.status ? "delivered" : "in progress"))));
+  const attempts = attemptRows(d.attempt_log);
   replace(box,
     h("dl", { class: "facts wide" },
       h("dt", {}, "State"), h("dd", { id: "delivery-state" }, badge(d.state)),
@@ -121,7 +117,16 @@ async function sendAgain(box, d) {
   }
 }
 
-function badge(state) {
+// A delivery's attempts as table rows, oldest first (also the batch page's, app/console/static/deliveries.js).
+export function attemptRows(log) {
+  return log.map((a) => h("tr", { dataset: { attempt: String(a.n) } },
+    h("td", { class: "num" }, String(a.n)), h("td", {}, localTime(a.started_at)),
+    h("td", { class: "num" }, a.status === null ? "—" : String(a.status)),
+    h("td", { class: "num" }, a.latency_ms === null ? "—" : `${Math.round(a.latency_ms)} ms`),
+    h("td", {}, a.error || (a.status ? "delivered" : "in progress"))));
+}
+
+export function badge(state) {
   return h("span", { class: `badge state-${BADGE[state] || state}`, dataset: { state } }, state);
 }
 

@@ -111,12 +111,25 @@ API pods. */}}
   value: {{ .Values.config.dbPoolMax | quote }}
 - name: RELAY_WORKER_METRICS_PORT
   value: {{ .Values.config.workerMetricsPort | quote }}
+{{- if .Values.serviceMonitor.enabled }}
+- name: RELAY_METRICS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: RELAY_METRICS_TOKEN
+{{- end }}
 - name: RELAY_WORKER_METRICS_HOST
-  value: "0.0.0.0"
+  value: {{ include "relay.workerMetricsHost" . | quote }}
 {{- range $name, $value := .Values.config.extraEnv }}
 - name: {{ $name }}
   value: {{ $value | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The workers' metrics port listens inside the pod only (its probes exec in the container), unless a
+ServiceMonitor scrapes it: then on the pod's address, answering the metrics token alone. */}}
+{{- define "relay.workerMetricsHost" -}}
+{{- if .Values.serviceMonitor.enabled -}}0.0.0.0{{- else -}}127.0.0.1{{- end -}}
 {{- end -}}
 
 {{- define "relay.payloadVolume" -}}
@@ -185,10 +198,12 @@ tolerations:
     {{- end }}
   env:
     {{- include "relay.env" . | trim | nindent 4 }}
+  {{- if .Values.serviceMonitor.enabled }}
   ports:
     - name: metrics
       containerPort: {{ .Values.config.workerMetricsPort }}
       protocol: TCP
+  {{- end }}
   {{- with .Values.worker.startupProbe }}
   startupProbe:
     {{- toYaml . | nindent 4 }}
