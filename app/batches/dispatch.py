@@ -43,6 +43,9 @@ CHUNK = 2000  # items published per pass at most
 REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, docs/benchmarks.md)
 LEAD_S = 0.1  # the lead behind the running messages shrinks by LEAD_S / a message's time when below 1 (window())
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
+SILENT_PREFETCH_AGE_S = 2.0  # ... or this long ago while a worker is silent: its prefetch may hold the message
+RECOVER_EVERY_S = 2.0  # how often the leader looks for such items
+SILENT_FORGET_S = 600.0  # a worker silent longer than this is gone, and RabbitMQ gave its messages back long ago
 
 
 def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int]) -> bytes:
@@ -145,6 +148,7 @@ class Dispatcher:
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
         self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
+        self._next_recovery = time.monotonic() + RECOVER_EVERY_S
 
     def start(self) -> None:
         self._thread.start()
@@ -183,7 +187,8 @@ class Dispatcher:
         while not self._stop.is_set() and self.pump() >= CHUNK:
             pass
         self._passes += 1
-        if self._passes % 30 == 0:
+        if time.monotonic() >= self._next_recovery:
+            self._next_recovery = time.monotonic() + RECOVER_EVERY_S
             self.recover_lost_messages()
         if self._conn is not None:
             self._conn.process_data_events(time_limit=0)  # keep the AMQP heartbeat answered
@@ -274,16 +279,22 @@ class Dispatcher:
         return kept
 
     def recover_lost_messages(self) -> None:
-        """Publish again queued items whose message is long gone (the queue is empty yet they never ran)."""
+        """Publish again queued items whose message is long gone (the queue is empty yet they never ran), or, while
+        a worker process is silent (stopped, paused, or dead and not yet noticed by RabbitMQ), those published
+        SILENT_PREFETCH_AGE_S ago: its prefetch may hold them, and another worker runs them within seconds instead of
+        after the broker's heartbeat (the claim makes the copy that comes second a no-op)."""
         channel = self._open()
         if channel.queue_declare(queue=self.queue, passive=True).method.message_count:
             return
+        settings = self.runtime.settings
         with self.runtime.pool.connection() as conn, conn.transaction():
             if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
                 return
-            keys = outbox.stranded_items(conn, LOST_MESSAGE_AGE_S)
+            silent = outbox.silent_workers(conn, 2 * settings.worker_heartbeat_s + 1.0, SILENT_FORGET_S)
+            keys = outbox.stranded_items(conn, SILENT_PREFETCH_AGE_S if silent else LOST_MESSAGE_AGE_S)
             if keys:
-                log.warning("dispatcher: publishing again %d queued item(s) whose messages were lost", len(keys))
+                log.warning("dispatcher: publishing again %d queued item(s) whose messages were lost%s", len(keys),
+                            f" or are held by {silent} silent worker(s)" if silent else "")
                 self._publish([Publication(b, (i,)) for b, i in keys])
                 outbox.touch_published(conn, sorted({b for b, _ in keys}))
 
