@@ -32,7 +32,7 @@ from adapters.shapes import plan_dispatch
 from app.access.cache import get_catalog, get_policy
 from app.access.snapshot import CatalogSnapshot
 from app.auth_model import Caller
-from app.batches import budget, pacing
+from app.batches import budget, outbox, pacing
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.intake import parse_batch, typed_batch
 from app.catalog.model import Pricing
@@ -41,6 +41,7 @@ from app.pipeline import routing
 from app.runtime import Runtime
 from app.usage.events import cost_nanos
 from app.usage.queries import cost_usd
+from schemas.durations import parse_duration
 
 
 class _Limits(msgspec.Struct):
@@ -104,7 +105,8 @@ class _Model:
 def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> dict[str, Any]:
     """What submitting RAW (a `POST /v1/batches` body) would store and could cost; the submit's own errors (400,
     413) for a body it would refuse."""
-    shape, max_cost, bodies, names = _checked(runtime, raw)
+    shape, options, bodies, names = _checked(runtime, raw)
+    max_cost = options.get("max_cost")
     if max_cost is not None:
         budget.check_priced(runtime, set(names))
     snapshot = get_catalog(runtime).snapshot()
@@ -127,13 +129,17 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
             "cost_usd_max": cost_usd(total_nanos) if bounded else None,
             "max_cost": budget.to_dollars(cap),
             "within_max_cost": None if cap is None or not bounded else total_nanos <= cap,
-            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None)}
+            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None,
+                              options.get("completion_window"))}
 
 
-def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float | None) -> dict[str, Any] | None:
+def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float | None,
+            window: str | None = None) -> dict[str, Any] | None:
     """How RUNS items (of TOKENS_PER_ITEM tokens at most) fare under the caller's policy's rate limits today, paced
-    (how long, at its batch share: app/batches/pacing.py) and not (how many the current windows would refuse,
-    discarded `rate_limited`). None when the policy is gone."""
+    (how long, at its batch share, shared fairly with the other owners waiting on the policy and behind the
+    caller's own waiting items: app/batches/pacing.py, app/batches/scheduler.py; and whether that misses the
+    completion WINDOW) and not (how many the current windows would refuse, discarded `rate_limited`). None when
+    the policy is gone."""
     policy = get_policy(runtime, caller.policy_id)
     if policy is None:
         return None
@@ -141,27 +147,32 @@ def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float 
     with runtime.pool.connection() as conn:
         windows = pacing.current_windows(conn, policy.rate_limits, now)
         used = pacing.batch_share_used(conn, policy.rate_limits, now)
-    seconds = pacing.expected_seconds(policy, runs, used, now, tokens_per_item)
+        others, ahead = outbox.paced_waiting(conn, policy.id, caller.owner) if policy.batch_pace else (0, 0)
+    part = pacing.fair_part(others)
+    seconds = pacing.expected_seconds(policy, ahead + runs, used, now, tokens_per_item, part=part)
     admitted = pacing.publishable(policy, windows, now, lambda _: tokens_per_item or 0.0, paced=False)
     rate = pacing.items_per_minute(policy, tokens_per_item)
     return {"policy_paced": policy.batch_pace, "share": policy.batch_share, "items": runs,
             "limited": bool(policy.rate_limits), "items_per_minute": None if rate is None else round(rate, 3),
             "paced_seconds": None if math.isinf(seconds) else round(seconds, 3),
+            "fair_part": round(part, 3), "items_ahead": ahead,
+            "past_deadline": None if window is None or not policy.batch_pace
+            else math.isinf(seconds) or seconds > parse_duration(window),
             "unpaced_rate_limited_items": max(0, runs - admitted)}
 
 
-def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, float | None, list[Any], list[str]]:
-    """The submit's checks of RAW (the typed path, else the scanner: the same errors); its shape, max_cost, each
-    item's request bytes and model name."""
+def _checked(runtime: Runtime, raw: bytes | bytearray) -> tuple[str, dict[str, Any], list[Any], list[str]]:
+    """The submit's checks of RAW (the typed path, else the scanner: the same errors); its shape, options (max_cost,
+    completion_window, ...), each item's request bytes and model name."""
     settings = runtime.settings
     if len(raw) > settings.batch_max_bytes:
         raise BatchBodyTooLarge(message=f"a batch body holds at most {settings.batch_max_bytes} bytes")
     limits = {"max_items": settings.batch_max_items, "max_item_bytes": settings.max_request_bytes}
     typed = typed_batch(raw, **limits)
     if typed is not None and (names := typed.models()) is not None:
-        return typed.shape, typed.options.get("max_cost"), typed.bodies(), names
+        return typed.shape, dict(typed.options), typed.bodies(), names
     parsed = parse_batch(raw, **limits)
-    return parsed.shape, parsed.options.get("max_cost"), list(parsed.item_bodies()), parsed.models
+    return parsed.shape, dict(parsed.options), list(parsed.item_bodies()), parsed.models
 
 
 def _routed(snapshot: CatalogSnapshot, caller: Caller, shape: str, name: str) -> _Model:

@@ -69,6 +69,20 @@ def paced_unstarted(conn: Conn, policy_ids: Sequence[UUID]) -> dict[UUID, int]:
     return {r["policy_id"]: int(r["n"]) for r in rows}
 
 
+def paced_waiting(conn: Conn, policy_id: UUID, owner: str, before: Any = None) -> tuple[int, int]:
+    """(other owners with items waiting to start on POLICY_ID, OWNER's items not started in its batches created
+    before BEFORE, or in all of them when None): whom a paced batch of OWNER shares the policy's budget with, and
+    what of its own goes first (scheduler.PacedShares: owners fairly, an owner's batches oldest first)."""
+    row = conn.execute(
+        "SELECT count(DISTINCT b.owner) FILTER (WHERE b.owner <> %(owner)s) AS others,"
+        " coalesce(sum(b.total - coalesce((SELECT sum(p.completed + p.discarded + p.cancelled + p.running)"
+        " FROM batch_progress p WHERE p.batch_id = b.id), 0)) FILTER (WHERE b.owner = %(owner)s"
+        " AND (%(before)s::timestamptz IS NULL OR b.created_at < %(before)s)), 0) AS ahead"
+        " FROM batches b WHERE b.policy_id = %(policy)s AND b.finished_at IS NULL AND b.status = 'queued'"
+        " AND b.published_upto < b.total", {"owner": owner, "before": before, "policy": policy_id}).fetchone()
+    return (int(row["others"]), int(row["ahead"])) if row else (0, 0)
+
+
 def live_workers(conn: Conn, seen_within_s: float) -> tuple[int, int]:
     """(threads, processes) of the live worker processes: the items they run at once, and how many they are."""
     row = conn.execute("SELECT coalesce(sum(threads), 0) AS n, count(*) AS p FROM workers"

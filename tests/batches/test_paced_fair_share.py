@@ -1,5 +1,6 @@
 """Fair share under pacing, on real worker processes: two owners waiting on one paced policy split its batch budget
-(equal weights: about half each), so an owner that comes second is not starved by the first one's backlog."""
+(equal weights: about half each), so an owner that comes second is not starved by the first one's backlog; its
+estimate and its batch object count that half, and say when it misses a completion_window."""
 
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ def _started(client: Any, key: str, batch_id: str) -> int:
     return int(counts["completed"] + counts["discarded"] + counts["running"])
 
 
+def _estimate(client: Any, key: str, window: str) -> dict[str, Any]:
+    res = client.post("/v1/batches/estimate", headers={"Authorization": f"Bearer {key}"},
+                      json={"shape": "openai", "requests": [CHAT] * SECOND, "completion_window": window})
+    assert res.status_code == 200, res.get_data(as_text=True)
+    return res.json["timing"]  # type: ignore[no-any-return]
+
+
 def test_two_owners_on_one_paced_policy_both_progress_at_about_their_equal_shares(
         client: Any, make_key: Any, fresh_upstream: None) -> None:
     x_key, y_key = str(make_key("paced")["key"]), str(make_key("paced")["key"])
@@ -27,8 +35,13 @@ def test_two_owners_on_one_paced_policy_both_progress_at_about_their_equal_share
     while _started(client, x_key, x) < 3:  # X alone has been running for a while
         assert time.monotonic() < deadline, "the first batch never started"
         time.sleep(0.1)
+    estimate = _estimate(client, y_key, "5s")  # X's backlog shares the budget: 8 items at half of 2 a second
+    assert (estimate["fair_part"], estimate["items_ahead"], estimate["past_deadline"]) == (0.5, 0, True), estimate
+    assert _estimate(client, y_key, "1h")["past_deadline"] is False
     y = submit(client, y_key, [CHAT] * SECOND).json["id"]
     x_before = _started(client, x_key, x)
+    pacing = get(client, y_key, f"/v1/batches/{y}", limit=0).json["pacing"]
+    assert pacing["fair_part"] == 0.5 and pacing["items_ahead"] == 0, pacing
     done = wait_finished(client, y_key, y, timeout=90)
     x_during = _started(client, x_key, x) - x_before
     assert done["counts"]["completed"] == SECOND
