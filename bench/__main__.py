@@ -7,9 +7,9 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only drain,live     # a subset
     .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
 
-Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks. It uses
-its own database and RabbitMQ vhost (`relay_bench`, dropped at the end). Timings on a 2-core machine are noisy: compare
-ratios, not single times.
+Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks,
+hungwebhooks. It uses its own database and RabbitMQ vhost (`relay_bench`, dropped at the end). Timings on a 2-core
+machine are noisy: compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ SCENARIOS: dict[str, Scenario] = {
     "pacing": pacing.pacing,
     "files": storage.files,
     "webhooks": webhooks.webhooks,
+    "hungwebhooks": webhooks.hung_receiver,
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
