@@ -8,8 +8,8 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
 
 Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, webhooks,
-hungwebhooks. It uses its own database and RabbitMQ vhost (`relay_bench`, dropped at the end). Timings on a 2-core
-machine are noisy: compare ratios, not single times.
+hungwebhooks, pacedowners. It uses its own database and RabbitMQ vhost (`relay_bench`, dropped at the end). Timings
+on a 2-core machine are noisy: compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import batches, fairness, live, pacing, peers, reads, slow_clients, storage, webhooks
+from bench import batches, fairness, live, paced_owners, pacing, peers, reads, slow_clients, storage, webhooks
 from bench.env import BenchEnv
 from bench.report import Results
 from bench.sizes import FULL, QUICK, Sizes
@@ -41,6 +41,7 @@ SCENARIOS: dict[str, Scenario] = {
     "files": storage.files,
     "webhooks": webhooks.webhooks,
     "hungwebhooks": webhooks.hung_receiver,
+    "pacedowners": paced_owners.paced_owners,
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
