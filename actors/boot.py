@@ -12,6 +12,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware
 
+from actors.delivery_worker import is_delivery_worker
 from app.batches import outbox
 from app.batches.dispatch import Dispatcher
 from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
@@ -44,6 +45,8 @@ class BatchWorkerBoot(Middleware):
     """Per worker process: context, dispatcher, listener, heartbeat/reaper and watchdog threads."""
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if is_delivery_worker(worker):
+            return
         settings = Settings.from_env()
         ctx = _state["ctx"] = build_context(settings, threads=worker.worker_threads)
         dispatcher = Dispatcher(ctx.runtime, item_seconds=lambda: ctx.item_seconds)
@@ -63,6 +66,8 @@ class BatchWorkerBoot(Middleware):
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         """Stop publishing and starting items; running items finish, still cancellable, owned and time-limited."""
+        if is_delivery_worker(worker):
+            return
         ctx = _state.get("ctx")
         if ctx is not None:
             ctx.stopping.set()
@@ -71,6 +76,8 @@ class BatchWorkerBoot(Middleware):
             dispatcher.stop()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if is_delivery_worker(worker):
+            return
         threads, ctx = _state.get("threads", {}), _state.get("ctx")
         if ctx is not None:
             ctx.writer.close()

@@ -60,7 +60,10 @@ class Settings:
     api_io_timeout_s: float = 30.0
     webhook_allowed_hosts: str = ""  # hosts a batch's callback_url may name: names, *.suffix, IPs or CIDRs (comma list)
     webhook_allowed_networks: str = ""  # non-public networks deliveries may connect to (CIDRs, comma list)
-    webhook_timeout_s: float = 10.0  # one delivery attempt: connect, send, the answer's status and headers
+    webhook_timeout_s: float = 5.0  # one delivery attempt: connect, send, the answer's status and headers
+    webhook_connect_timeout_s: float = 2.0  # of which the connection at most
+    webhook_threads: int = 4  # delivery attempts a worker process makes at once, on threads of their own
+    webhook_per_destination: int = 2  # of which to one destination (scheme, host, port) at most
     webhook_retry_min_s: float = 5.0  # the first retry's wait; each next one doubles ...
     webhook_retry_max_s: float = 21_600.0  # ... up to this
     webhook_give_up_after_s: float = 259_200.0  # 72 h: then a delivery is marked failed
@@ -101,7 +104,8 @@ class Settings:
             raise SettingsError("RELAY_METRICS_TOKEN must be at least 16 characters")
         for name in ("batch_item_time_limit_s", "batch_max_items", "batch_max_bytes", "files_max_bytes",
                      "openai_batch_max_requests", "api_header_timeout_s", "api_io_timeout_s", "webhook_timeout_s",
-                     "webhook_retry_min_s", "webhook_retry_max_s", "webhook_give_up_after_s"):
+                     "webhook_connect_timeout_s", "webhook_threads", "webhook_per_destination", "webhook_retry_min_s",
+                     "webhook_retry_max_s", "webhook_give_up_after_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"RELAY_{name.upper()} must be positive")
         if self.api_connections_per_address < -1:

@@ -9,9 +9,9 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only soak --soak 10x100000   # the million-item soak (not in the default run)
 
 Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, objectstore,
-webhooks, tracing, soak (only when named: it runs for an hour at its full size). It uses its own database and
-RabbitMQ vhost (`relay_bench`, or --database; dropped at the end). Timings on a 2-core machine are noisy: compare
-ratios, not single times.
+webhooks, hungwebhooks, pacedowners, tracing, soak (only when named: it runs for an hour at its full size). It uses
+its own database and RabbitMQ vhost (`relay_bench`, or --database; dropped at the end). Timings on a 2-core machine
+are noisy: compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bench import (
     fairness,
     live,
     objectstore,
+    paced_owners,
     pacing,
     peers,
     reads,
@@ -57,6 +58,8 @@ SCENARIOS: dict[str, Scenario] = {
     "files": storage.files,
     "objectstore": objectstore.object_store,
     "webhooks": webhooks.webhooks,
+    "hungwebhooks": webhooks.hung_receiver,
+    "pacedowners": paced_owners.paced_owners,
     "tracing": tracing.tracing,
     "soak": soak.soak,
 }

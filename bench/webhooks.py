@@ -1,5 +1,6 @@
 """Webhooks: many batches ending at once, each with a callback_url on a receiver process; the time from each batch's
-last item becoming final to its webhook arriving at the receiver (p50, p99)."""
+last item becoming final to its webhook arriving at the receiver (p50, p99); and another owner's batch beside
+deliveries to a receiver that hangs, against alone (hungwebhooks)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import secrets
 import statistics
 import time
 
-from bench.env import BenchEnv, item_body
+from bench.env import KEYS, BenchEnv, item_body
 from bench.report import Results
 from bench.sizes import Sizes
 from devtools.webhook_receiver import Receiver
@@ -72,3 +73,45 @@ def _arrivals(receiver: Receiver, ids: list[str], timeout: float) -> dict[str, f
 def _percentile(values: list[float], q: float) -> float:
     """The Q quantile of sorted VALUES (nearest rank)."""
     return values[min(len(values) - 1, max(0, round(q * len(values) + 0.5) - 1))]
+
+
+HUNG_BATCHES, OTHER_ITEMS, OTHER_LATENCY_MS = 64, 200, 100
+HUNG_TARGET = 1.2  # another owner's batch beside hung deliveries ÷ alone
+
+
+def hung_receiver(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """Another owner's batch (OTHER_ITEMS items, a 100 ms upstream) alone, then beside HUNG_BATCHES one-item
+    batches whose callback_url accepts connections and never answers: its drain time beside them ÷ alone."""
+    receiver = Receiver(log_path=env.work / "receiver.log").start()
+    receiver.behave("/hung", delay_s=600)
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    env.upstream.control(KEYS["fair"], latency_ms=OTHER_LATENCY_MS)
+    env.start_api(**ALLOWED)
+    try:
+        env.start_workers(*sizes.drain_workers, **ALLOWED)
+        for _ in range(repeat):
+            alone = _other_batch(env)
+            for n in range(HUNG_BATCHES):
+                body = json.dumps({"shape": "openai", "callback_url": f"{receiver.url}/hung/{n}",
+                                   "callback_secret": secret, "requests": [item_body(0, 256)]}).encode()
+                env.post_batch("fast", body)
+            receiver.wait("/hung", count=2, timeout=120)  # deliveries to it are hanging now
+            beside = _other_batch(env)
+            results.add("webhooks", f"another owner's {OTHER_ITEMS} items ({OTHER_LATENCY_MS} ms upstream) beside "
+                        f"{HUNG_BATCHES} hung deliveries ÷ alone", beside / alone, "x", target=("<=", HUNG_TARGET))
+    finally:
+        env.stop_workers()
+        receiver.stop()
+        env.upstream.control(KEYS["fair"], latency_ms=sizes.fair_latency_ms)
+        env.start_api()
+
+
+def _other_batch(env: BenchEnv) -> float:
+    """Seconds from the submit of the other owner's batch until every item of it is final."""
+    started = time.monotonic()
+    batch_id, _ = env.post_batch("fair", json.dumps({"shape": "openai", "requests": [
+        item_body(i, 256) for i in range(OTHER_ITEMS)]}).encode())
+    env.wait_final(batch_id, OTHER_ITEMS, timeout=300, poll=0.05)
+    took = time.monotonic() - started
+    env.forget_batch(batch_id)
+    return took

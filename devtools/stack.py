@@ -23,7 +23,7 @@ from devtools.services import fresh_services
 # Worker settings for fault tests: liveness noticed within seconds, items stopped after 10 s.
 FAULT_WORKER_SETTINGS = {"batch_item_time_limit_s": 10, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
 SCENARIOS = ("kill", "term", "rabbitmq", "postgres", "api", "hang", "reset", "disk", "paced-kill", "paced-rabbitmq",
-             "dbdrop", "freeze")
+             "dbdrop", "freeze", "pause")
 # The paced scenarios' policy: 200 items per 2 s window for batch items (half of 400), slower than the workers.
 PACED = {"rate_limits": [{"requests": 400, "per": "2s"}], "batch": {"pace": True, "share": 0.5}}
 POLICY_EXTRAS: dict[str, dict[str, Any]] = {

@@ -243,6 +243,10 @@ class PacingSchema(Schema):
     expected_finish_at = fields.Float(allow_none=True, metadata={
         "description": "Unix time the queued items are expected to have started by, at that rate (null: never)"})
     waiting_items = fields.Integer(metadata={"description": "items not started yet"})
+    fair_part = fields.Float(metadata={"description": "the part of the share this batch's owner gets beside the "
+                                                      "other owners waiting on the policy now (1: alone)"})
+    items_ahead = fields.Integer(metadata={"description": "items of the owner's older batches of the policy, "
+                                                          "which start first"})
     past_deadline = fields.Boolean(metadata={"description": "the expected finish is after `expires_at`"})
 
 
@@ -364,7 +368,8 @@ class EstimateModelSchema(Schema):
 
 class EstimateTimingSchema(Schema):
     """How the items that would run fare under your policy's rate limits today (the current windows, as granted so
-    far on every replica; assuming the batch has the policy's batch share to itself and the workers keep up)."""
+    far on every replica; sharing the policy's batch share fairly with the owners waiting on it now, behind your
+    own waiting items, and assuming the workers keep up)."""
 
     policy_paced = fields.Boolean(metadata={"description": "whether your policy paces batches (`batch: {pace}`)"})
     share = fields.Float(metadata={"description": "the policy's batch share of each rate limit"})
@@ -375,6 +380,13 @@ class EstimateTimingSchema(Schema):
     paced_seconds = fields.Float(allow_none=True, metadata={
         "description": "paced: seconds until the last item has started (0: all at once; null: never, a limit "
                        "admits no batch item); token limits are counted at the items' token bound"})
+    fair_part = fields.Float(metadata={
+        "description": "paced: the part of the share you get beside the other owners waiting on the policy now"})
+    items_ahead = fields.Integer(metadata={
+        "description": "paced: items of your batches waiting on the policy now, which start before these"})
+    past_deadline = fields.Boolean(allow_none=True, metadata={
+        "description": "paced: whether the last item is expected to start after the body's `completion_window` "
+                       "(null: no completion_window, or not paced)"})
     unpaced_rate_limited_items = fields.Integer(metadata={
         "description": "not paced: how many items the current windows would refuse (discarded `rate_limited`) if "
                        "the workers started every item now"})

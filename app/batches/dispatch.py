@@ -4,23 +4,23 @@ thread in every worker process (one publishes at a time, under an advisory lock)
 local items finishing, and polling every second, so an API that died right after committing a batch loses nothing.
 Publishing twice is harmless: the item claim dedupes.
 
-Order of work (fair share): each pass splits the room in the window between the owners with items left to
-publish (the credential that submitted, or the user for tokens) in proportion to their policies' `batch_weight`
-(default 1: equal shares), then between one owner's batches, oldest first; messages are interleaved across owners.
-So a new owner's batch is published at the next pass, behind at most one window of other owners' items, however
-large their backlog; and the window holds the message each live worker thread runs plus a lead of at most one
-more message or LEAD_S of work (see window()), so that is a fraction of a second of work.
+Order of work (fair share, planned by app/batches/scheduler.py): each pass splits the room in the window between
+the owners with items left to publish (the credential that submitted, or the user for tokens) in proportion to
+their policies' `batch_weight` (default 1: equal shares), then between one owner's batches, oldest first; messages
+are interleaved across owners. A paced policy's budget is split the same way first, by what each owner started
+since it began waiting (scheduler.PacedShares). So a new owner's batch is published at the next pass, behind at
+most one window of other owners' items, however large their backlog; and the window holds the message each live
+worker thread runs plus a lead of at most one more message or LEAD_S of work (see window()), so that is a fraction
+of a second of work.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -30,6 +30,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from app.access.cache import get_catalog
 from app.batches import outbox, pacing
+from app.batches.scheduler import PacedShares, Publication, plan_pass
 from app.pipeline.ratelimit import get_limiter
 from app.runtime import Runtime
 
@@ -43,6 +44,9 @@ CHUNK = 2000  # items published per pass at most
 REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, docs/benchmarks.md)
 LEAD_S = 0.1  # the lead behind the running messages shrinks by LEAD_S / a message's time when below 1 (window())
 LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the queue empty, lost its message
+SILENT_PREFETCH_AGE_S = 2.0  # ... or this long ago while a worker is silent: its prefetch may hold the message
+RECOVER_EVERY_S = 2.0  # how often the leader looks for such items
+SILENT_FORGET_S = 600.0  # a worker silent longer than this is gone, and RabbitMQ gave its messages back long ago
 
 
 TRACE_OPTION = "relay_trace"  # the message option carrying the submit's traceparent to the item actor
@@ -53,68 +57,6 @@ def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int], trace: str | N
     submit's trace context in its options, when it has one)."""
     return dramatiq.Message(queue_name=queue, actor_name=ITEM_ACTOR, args=(str(batch_id), list(idxs)), kwargs={},
                             options={TRACE_OPTION: trace} if trace else {}).encode()
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One message: items of one batch."""
-
-    batch_id: UUID
-    idxs: tuple[int, ...]
-    policy: str = ""  # shown to operators as the message's `relay-policy` header (RabbitMQ management UI)
-    trace: str | None = None  # the submit's traceparent (tracing on), carried in the message's options
-
-
-Cursor = tuple[UUID, int]  # a batch and its new publish cursor
-
-
-def plan_pass(batches: Sequence[dict[str, Any]], room: int, group: int,
-              in_flight: dict[str, int] | None = None) -> tuple[list[Publication], list[Cursor]]:
-    """Split ROOM items between the owners of BATCHES (see _shares), then between an owner's batches, oldest
-    first, in messages of up to GROUP items interleaved across owners; the messages and each batch's new cursor."""
-    owners: dict[str, list[dict[str, Any]]] = {}
-    for batch in batches:
-        owners.setdefault(batch["owner"], []).append(batch)
-    share = _shares(owners, room, in_flight or {})
-    queues: list[list[Publication]] = []
-    cursors: list[Cursor] = []
-    for owner, owned in owners.items():
-        left, messages = share[owner], []
-        for batch in owned:
-            start = batch["published_upto"]
-            take = min(left, batch["total"] - start)
-            if take <= 0:
-                continue
-            left -= take
-            messages += [Publication(batch["id"], tuple(range(i, min(i + group, start + take))),
-                                     batch.get("policy") or "", batch.get("trace_context"))
-                         for i in range(start, start + take, group)]
-            cursors.append((batch["id"], start + take))
-        queues.append(messages)
-    return [m for round_ in _interleave(queues) for m in round_], cursors
-
-
-def _shares(owners: dict[str, list[dict[str, Any]]], room: int, in_flight: dict[str, int]) -> dict[str, int]:
-    """Water-filling on what each owner has in flight: each item of ROOM goes to the owner whose items in flight
-    (already published, plus given now), divided by its weight, are fewest; so owners run in proportion to their
-    policies' batch_weight, and a new owner gets the room first."""
-    want = {o: sum(b["total"] - b["published_upto"] for b in owned) for o, owned in owners.items()}
-    weight = {o: max(float(b.get("weight") or 1.0) for b in owned) for o, owned in owners.items()}
-    share = dict.fromkeys(owners, 0)
-    heap = [(in_flight.get(o, 0) / weight[o], o) for o in owners if want[o] > 0]
-    heapq.heapify(heap)
-    while room > 0 and heap:
-        _, owner = heapq.heappop(heap)
-        share[owner] += 1
-        room -= 1
-        if share[owner] < want[owner]:
-            heapq.heappush(heap, ((in_flight.get(owner, 0) + share[owner]) / weight[owner], owner))
-    return share
-
-
-def _interleave(queues: list[list[Publication]]) -> list[list[Publication]]:
-    longest = max((len(q) for q in queues), default=0)
-    return [[q[i] for q in queues if i < len(q)] for i in range(longest)]
 
 
 BROKER_HEARTBEAT_S = 10  # the publishing connection notices a silent node (a partition) within about this long
@@ -147,9 +89,11 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._run, name="relay-dispatcher", daemon=True)
         self._passes = 0
         self._starts = pacing.StartBudget()  # paced policies' items published at their share's rate
+        self._paced_shares = PacedShares()  # ... and split fairly between the owners waiting on each
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
         self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
+        self._next_recovery = time.monotonic() + RECOVER_EVERY_S
 
     def start(self) -> None:
         self._thread.start()
@@ -188,7 +132,8 @@ class Dispatcher:
         while not self._stop.is_set() and self.pump() >= CHUNK:
             pass
         self._passes += 1
-        if self._passes % 30 == 0:
+        if time.monotonic() >= self._next_recovery:
+            self._next_recovery = time.monotonic() + RECOVER_EVERY_S
             self.recover_lost_messages()
         if self._conn is not None:
             self._conn.process_data_events(time_limit=0)  # keep the AMQP heartbeat answered
@@ -248,7 +193,8 @@ class Dispatcher:
     def _paced(self, conn: Any, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """BATCHES with those of paced policies cut to what their limits let start now (pacing.publishable, less
         what is published and not started yet), so their items do not wait in worker threads for budget, and to
-        their share's steady rate (pacing.StartBudget), so budget released before they came is not one burst."""
+        their share's steady rate (pacing.StartBudget), so budget released before they came is not one burst;
+        split fairly between the owners waiting on each policy (scheduler.PacedShares)."""
         policies = get_catalog(self.runtime).snapshot().policies
         paced = {b["policy_id"]: policy for b in batches if (policy := policies.get(b["policy_id"])) is not None
                  and policy.batch_pace and policy.rate_limits}
@@ -264,31 +210,31 @@ class Dispatcher:
             rate = pacing.steady_rate(policy, limiter.token_estimate)
             if rate is not None:
                 room[policy_id] = min(room[policy_id], self._starts.allowance(policy_id, rate, time.monotonic()))
-        offered = dict(room)
-        kept = []
-        for batch in batches:
-            if batch["policy_id"] not in room:
-                kept.append(batch)
-                continue
-            allow = max(0, min(room[batch["policy_id"]], batch["total"] - batch["published_upto"]))
-            room[batch["policy_id"]] -= allow
-            if allow:
-                kept.append({**batch, "total": batch["published_upto"] + allow})
-        for policy_id, left in room.items():
-            self._starts.spend(policy_id, max(0, offered[policy_id]) - max(0, left))
+        kept = [batch for batch in batches if batch["policy_id"] not in paced]
+        for policy_id in paced:
+            cut = self._paced_shares.split(policy_id, max(0, room[policy_id]),
+                                           [b for b in batches if b["policy_id"] == policy_id])
+            self._starts.spend(policy_id, sum(b["total"] - b["published_upto"] for b in cut))
+            kept += cut
         return kept
 
     def recover_lost_messages(self) -> None:
-        """Publish again queued items whose message is long gone (the queue is empty yet they never ran)."""
+        """Publish again queued items whose message is long gone (the queue is empty yet they never ran), or, while
+        a worker process is silent (stopped, paused, or dead and not yet noticed by RabbitMQ), those published
+        SILENT_PREFETCH_AGE_S ago: its prefetch may hold them, and another worker runs them within seconds instead of
+        after the broker's heartbeat (the claim makes the copy that comes second a no-op)."""
         channel = self._open()
         if channel.queue_declare(queue=self.queue, passive=True).method.message_count:
             return
+        settings = self.runtime.settings
         with self.runtime.pool.connection() as conn, conn.transaction():
             if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
                 return
-            keys = outbox.stranded_items(conn, LOST_MESSAGE_AGE_S)
+            silent = outbox.silent_workers(conn, 2 * settings.worker_heartbeat_s + 1.0, SILENT_FORGET_S)
+            keys = outbox.stranded_items(conn, SILENT_PREFETCH_AGE_S if silent else LOST_MESSAGE_AGE_S)
             if keys:
-                log.warning("dispatcher: publishing again %d queued item(s) whose messages were lost", len(keys))
+                log.warning("dispatcher: publishing again %d queued item(s) whose messages were lost%s", len(keys),
+                            f" or are held by {silent} silent worker(s)" if silent else "")
                 self._publish([Publication(b, (i,)) for b, i in keys])
                 outbox.touch_published(conn, sorted({b for b, _ in keys}))
 

@@ -34,7 +34,7 @@ from adapters.shapes import plan_dispatch
 from app.access.cache import get_catalog, get_policy
 from app.access.snapshot import CatalogSnapshot
 from app.auth_model import Caller
-from app.batches import budget, pacing
+from app.batches import budget, outbox, pacing
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.intake import parse_batch, typed_batch
 from app.batches.service import batch_columns
@@ -131,15 +131,19 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
             "cost_usd_max": cost_usd(total_nanos) if bounded else None,
             "max_cost": budget.to_dollars(cap), "max_cost_mode": columns.get("max_cost_mode"),
             "within_max_cost": None if cap is None or not bounded else total_nanos <= cap,
-            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None),
+            "timing": _timing(runtime, caller, runs, tokens / runs if runs else None,
+                              columns.get("completion_window")),
             "deadline": deadline_verdict(runtime, caller, columns.get("completion_window"), runs,
                                          tokens / runs if runs else None)}
 
 
-def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float | None) -> dict[str, Any] | None:
+def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float | None,
+            window: str | None = None) -> dict[str, Any] | None:
     """How RUNS items (of TOKENS_PER_ITEM tokens at most) fare under the caller's policy's rate limits today, paced
-    (how long, at its batch share: app/batches/pacing.py) and not (how many the current windows would refuse,
-    discarded `rate_limited`). None when the policy is gone."""
+    (how long, at its batch share, shared fairly with the other owners waiting on the policy and behind the
+    caller's own waiting items: app/batches/pacing.py, app/batches/scheduler.py; and whether that misses the
+    completion WINDOW) and not (how many the current windows would refuse, discarded `rate_limited`). None when
+    the policy is gone."""
     policy = get_policy(runtime, caller.policy_id)
     if policy is None:
         return None
@@ -147,12 +151,17 @@ def _timing(runtime: Runtime, caller: Caller, runs: int, tokens_per_item: float 
     with runtime.pool.connection() as conn:
         windows = pacing.current_windows(conn, policy.rate_limits, now)
         used = pacing.batch_share_used(conn, policy.rate_limits, now)
-    seconds = pacing.expected_seconds(policy, runs, used, now, tokens_per_item)
+        others, ahead = outbox.paced_waiting(conn, policy.id, caller.owner) if policy.batch_pace else (0, 0)
+    part = pacing.fair_part(others)
+    seconds = pacing.expected_seconds(policy, ahead + runs, used, now, tokens_per_item, part=part)
     admitted = pacing.publishable(policy, windows, now, lambda _: tokens_per_item or 0.0, paced=False)
     rate = pacing.items_per_minute(policy, tokens_per_item)
     return {"policy_paced": policy.batch_pace, "share": policy.batch_share, "items": runs,
             "limited": bool(policy.rate_limits), "items_per_minute": None if rate is None else round(rate, 3),
             "paced_seconds": None if math.isinf(seconds) else round(seconds, 3),
+            "fair_part": round(part, 3), "items_ahead": ahead,
+            "past_deadline": None if window is None or not policy.batch_pace
+            else math.isinf(seconds) or seconds > parse_duration(window),
             "unpaced_rate_limited_items": max(0, runs - admitted)}
 
 
@@ -171,9 +180,11 @@ def deadline_verdict(runtime: Runtime, caller: Caller, window: str | None, runs:
         now = time.time()
         with runtime.pool.connection() as conn:
             used = pacing.batch_share_used(conn, policy.rate_limits, now)
+            others, ahead = outbox.paced_waiting(conn, policy.id, caller.owner)
+        part = pacing.fair_part(others)  # shared with the other owners waiting, behind the caller's own (as _timing)
 
         def start_s(n: int) -> float:
-            return pacing.expected_seconds(policy, n, used, now, tokens_per_item)
+            return pacing.expected_seconds(policy, ahead + n, used, now, tokens_per_item, part=part)
 
         starts = start_s(runs)
         lo, hi = 0, runs  # the most items that all start in time: start_s grows with the count

@@ -23,7 +23,9 @@ from app.catalog.model import Policy
 from app.errors import RateLimited
 from app.observability.logs import log_context
 from app.observability.tracing import get_tracing
+from app.pipeline import keypool
 from app.pipeline.interrupt import Interrupter
+from app.pipeline.keyhealth import get_key_health
 from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
 
 STOPPING = object()  # paced_admission: the worker is stopping, the item goes back to the queue
@@ -91,10 +93,10 @@ def _run_and_claim_next(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: 
 
 
 def paced_admission(ctx: WorkerContext, batch_id: UUID) -> Any:
-    """For a batch of a paced policy: wait until its rate limits admit one more batch item (the admission, a
-    Reservation); STOPPING if the worker stops meanwhile or PACED_HOLD_S passed (the message goes back to the
-    queue and comes again). None for other batches, and when the batch was cancelled or passed its deadline (its
-    claim then settles the item)."""
+    """For a batch of a paced policy: wait until one of its keys is out of its breaker's cool-down and its rate
+    limits admit one more batch item (the admission, a Reservation); STOPPING if the worker stops meanwhile or
+    PACED_HOLD_S passed (the message goes back to the queue and comes again). None for other batches, and when the
+    batch was cancelled or passed its deadline (its claim then settles the item)."""
     policy, expires = _paced_policy(ctx, batch_id)
     if policy is None:
         return None
@@ -102,12 +104,16 @@ def paced_admission(ctx: WorkerContext, batch_id: UUID) -> Any:
     while not ctx.stopping.is_set() and time.monotonic() < give_up:
         if batch_id in ctx.cancelled or (expires is not None and expires <= time.time()):
             return None
-        try:
-            return limiter.admit(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
-        except RateLimited as exc:
-            wait = getattr(exc, "retry_at", time.time() + PACED_WAIT_STEP_S) - time.time()
-        except LimiterUnavailable:
-            wait = PACED_WAIT_STEP_S
+        cooldown = keypool.cooldown_left(get_key_health(ctx.runtime).health, policy)
+        if cooldown is not None:  # every key's breaker is open: wait for one to come back, as for budget
+            wait = cooldown
+        else:
+            try:
+                return limiter.admit(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
+            except RateLimited as exc:
+                wait = getattr(exc, "retry_at", time.time() + PACED_WAIT_STEP_S) - time.time()
+            except LimiterUnavailable:
+                wait = PACED_WAIT_STEP_S
         ctx.waiting += 1
         try:
             ctx.stopping.wait(min(max(0.02, wait), PACED_WAIT_STEP_S))
@@ -122,6 +128,8 @@ def _admission_now(ctx: WorkerContext, batch_id: UUID) -> Any:
     policy, _ = _paced_policy(ctx, batch_id)
     if policy is None:
         return None
+    if keypool.cooldown_left(get_key_health(ctx.runtime).health, policy) is not None:
+        return NOT_NOW
     found = get_limiter(ctx.runtime).admit_now(policy.rate_limits, batch=True, share=policy.batch_share, paced=True)
     return NOT_NOW if found is None else found
 

@@ -60,6 +60,10 @@ class Periodic:
 class Heartbeat:
     """The heartbeat tick: say this worker is alive, then (if leader) fail items of lost or stuck workers.
 
+    Its connection also holds the worker's session lock (outbox.hold_worker_session) for the process's life: a
+    worker that is paused keeps it, so its items are not judged lost however stale its heartbeat; a dead one's
+    session ends, and with it the lock.
+
     It beats on a connection of its own, reconnecting on every tick after an error, so every live worker beats
     again within one interval of Postgres coming back (the pool's reconnect backoff would take up to 10 s). And it
     judges another worker lost only once its own beats have been steady for RELAY_WORKER_LOST_AFTER_S: after a
@@ -87,6 +91,8 @@ class Heartbeat:
                 if self._conn is None or self._conn.closed:
                     self._conn = psycopg.connect(self.ctx.runtime.settings.database_url, autocommit=True,
                                                  connect_timeout=5)
+                    if not outbox.hold_worker_session(self._conn, self.ctx.worker_id):
+                        log.warning("worker %s: its session lock is held elsewhere", self.ctx.worker_id)
                 outbox.heartbeat(self._conn, self.ctx.worker_id, self._hostname, self._pid, self.ctx.threads)
             except psycopg.Error:
                 self._close()

@@ -21,6 +21,13 @@ Conn = Connection[Any]
 
 
 LEADER_IDLE_TIMEOUT = "3s"  # a leader whose process stops mid-transaction loses its lock after this
+WORKER_SESSION_LOCK = 0x5E1A7B03  # with hashtext(worker id): the lock a live worker's session holds (migration 0024)
+# The heartbeat session's TCP keepalives: a worker whose host is gone (not merely paused) loses its session, and so
+# its items, after about idle + interval x count seconds.
+SESSION_KEEPALIVES = {"tcp_keepalives_idle": "20", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "4"}
+# A worker's items are lost when its heartbeat is stale and no session holds its lock (relay_worker_session).
+_OWNER_LOST = ("((w.last_seen IS NULL OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s))"
+               " AND NOT relay_worker_session(i.worker_id))")
 
 
 def try_leader_lock(conn: Conn, lock_id: int) -> bool:
@@ -63,11 +70,33 @@ def paced_unstarted(conn: Conn, policy_ids: Sequence[UUID]) -> dict[UUID, int]:
     return {r["policy_id"]: int(r["n"]) for r in rows}
 
 
+def paced_waiting(conn: Conn, policy_id: UUID, owner: str, before: Any = None) -> tuple[int, int]:
+    """(other owners with items waiting to start on POLICY_ID, OWNER's items not started in its batches created
+    before BEFORE, or in all of them when None): whom a paced batch of OWNER shares the policy's budget with, and
+    what of its own goes first (scheduler.PacedShares: owners fairly, an owner's batches oldest first)."""
+    row = conn.execute(
+        "SELECT count(DISTINCT b.owner) FILTER (WHERE b.owner <> %(owner)s) AS others,"
+        " coalesce(sum(b.total - coalesce((SELECT sum(p.completed + p.discarded + p.cancelled + p.running)"
+        " FROM batch_progress p WHERE p.batch_id = b.id), 0)) FILTER (WHERE b.owner = %(owner)s"
+        " AND (%(before)s::timestamptz IS NULL OR b.created_at < %(before)s)), 0) AS ahead"
+        " FROM batches b WHERE b.policy_id = %(policy)s AND b.finished_at IS NULL AND b.status = 'queued'"
+        " AND b.published_upto < b.total", {"owner": owner, "before": before, "policy": policy_id}).fetchone()
+    return (int(row["others"]), int(row["ahead"])) if row else (0, 0)
+
+
 def live_workers(conn: Conn, seen_within_s: float) -> tuple[int, int]:
     """(threads, processes) of the live worker processes: the items they run at once, and how many they are."""
     row = conn.execute("SELECT coalesce(sum(threads), 0) AS n, count(*) AS p FROM workers"
                        " WHERE last_seen > now() - make_interval(secs => %s)", (seen_within_s,)).fetchone()
     return (int(row["n"]), int(row["p"])) if row else (0, 0)
+
+
+def silent_workers(conn: Conn, after_s: float, forget_s: float) -> int:
+    """Worker processes whose heartbeat stopped more than AFTER_S (and less than FORGET_S) ago: stopped or paused,
+    or dead and not yet removed."""
+    row = conn.execute("SELECT count(*) AS n FROM workers WHERE last_seen < now() - make_interval(secs => %s)"
+                       " AND last_seen > now() - make_interval(secs => %s)", (after_s, forget_s)).fetchone()
+    return int(row["n"]) if row else 0
 
 
 def advance(conn: Conn, cursors: Sequence[tuple[UUID, int]]) -> None:
@@ -96,6 +125,16 @@ def touch_published(conn: Conn, batch_ids: Sequence[UUID]) -> None:
     conn.execute("UPDATE batches SET last_published_at = now() WHERE id = ANY(%s)", (list(batch_ids),))
 
 
+def hold_worker_session(conn: Conn, worker_id: str) -> bool:
+    """Take WORKER_ID's session lock on CONN (its heartbeat connection, kept for the process's life), with keepalives
+    that end the session of a host that is gone; whether it was free (it is only ever this process's)."""
+    for name, value in SESSION_KEEPALIVES.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+    row = conn.cursor(row_factory=tuple_row).execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                                                     (WORKER_SESSION_LOCK, worker_id)).fetchone()
+    return bool(row and row[0])
+
+
 def heartbeat(conn: Conn, worker_id: str, hostname: str, pid: int, threads: int = 0) -> None:
     """Record that WORKER_ID (running THREADS items at once) is alive now."""
     conn.execute("INSERT INTO workers (id, hostname, pid, threads) VALUES (%s, %s, %s, %s)"
@@ -116,18 +155,16 @@ def cancelled_batches(conn: Conn, batch_ids: Sequence[UUID]) -> list[UUID]:
 
 def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, judge_owners: bool = True,
                limit: int = 500) -> list[Row]:
-    """Running items of unfinished batches whose worker stopped heartbeating (only when JUDGE_OWNERS), or that
-    ran past TIME_LIMIT_S; locked for update. The claim is a sign of life too: a worker back from a partition
-    claims again before its next heartbeat lands, and those fresh claims are not lost."""
+    """Running items of unfinished batches whose worker is lost (only when JUDGE_OWNERS: its heartbeat stale and
+    its session gone; a paused worker keeps its items), or that ran past TIME_LIMIT_S; locked for update. The claim
+    is a sign of life too: a worker back from a partition claims again before its next heartbeat lands, and those
+    fresh claims are not lost."""
     return conn.execute(
-        "SELECT i.batch_id, i.idx, i.model, i.worker_id,"
-        " (w.last_seen IS NULL OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s))"
-        " AS owner_lost"
+        f"SELECT i.batch_id, i.idx, i.model, i.worker_id, {_OWNER_LOST} AS owner_lost"
         " FROM batches b JOIN batch_items i ON i.batch_id = b.id LEFT JOIN workers w ON w.id = i.worker_id"
         " WHERE b.finished_at IS NULL AND EXISTS (SELECT 1 FROM batch_progress p WHERE p.batch_id = b.id"
         "  GROUP BY p.batch_id HAVING sum(p.running) > 0)"
-        " AND i.state = 'running' AND ((%(owners)s AND (w.last_seen IS NULL"
-        " OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s)))"
+        f" AND i.state = 'running' AND ((%(owners)s AND {_OWNER_LOST})"
         " OR i.started_at < now() - make_interval(secs => %(limit_s)s))"
         " ORDER BY i.started_at LIMIT %(limit)s FOR UPDATE OF i SKIP LOCKED",
         {"lost": lost_after_s, "owners": judge_owners, "limit_s": time_limit_s, "limit": limit}).fetchall()

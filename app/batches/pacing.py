@@ -61,12 +61,20 @@ def seconds_under(limit: RateLimit, items: int, share: float, used: int, now: fl
 
 
 def expected_seconds(policy: Policy, items: int, used: Mapping[UUID, int], now: float | None = None,
-                     tokens_per_item: float | None = None) -> float:
+                     tokens_per_item: float | None = None, part: float = 1.0) -> float:
     """How long ITEMS batch items of POLICY take at its batch share (0 without limits; inf when a limit admits
-    no batch item): the slowest of its limits. USED: the batch share already spent in each limit's window."""
+    no batch item): the slowest of its limits. USED: the batch share already spent in each limit's window. PART:
+    the part of that share these items get (fair share beside other owners waiting: fair_part)."""
     now = time.time() if now is None else now
-    return max((seconds_under(limit, items, policy.batch_share, used.get(limit.id, 0), now, tokens_per_item)
-                for limit in policy.rate_limits), default=0.0)
+    seconds = max((seconds_under(limit, items, policy.batch_share, used.get(limit.id, 0), now, tokens_per_item)
+                   for limit in policy.rate_limits), default=0.0)
+    return seconds / part if part > 0 else math.inf
+
+
+def fair_part(other_owners: int) -> float:
+    """The part of a paced policy's share an owner gets while OTHER_OWNERS wait on it too (one policy: the same
+    batch_weight for all of them, so equal parts; app/batches/scheduler.py)."""
+    return 1.0 / (1 + max(0, other_owners))
 
 
 def items_per_minute(policy: Policy, tokens_per_item: float | None = None) -> float | None:
@@ -147,16 +155,20 @@ def publishable(policy: Policy, windows: Mapping[UUID, Mapping[str, int]], now: 
 
 
 def pacing_view(policy: Policy | None, remaining: int, used: Mapping[UUID, int], deadline: float | None,
-                now: float | None = None) -> dict[str, Any] | None:
+                now: float | None = None, *, others: int = 0, ahead: int = 0) -> dict[str, Any] | None:
     """The `pacing` member of a paced batch's object: share, rate, expected finish, and whether that is past the
-    batch's deadline (its completion_window). None for batches of policies that are not paced."""
+    batch's deadline (its completion_window). OTHERS: other owners waiting on the policy (they share its budget
+    fairly); AHEAD: items of the owner's older batches of the policy, which start first. None for batches of
+    policies that are not paced."""
     if policy is None or not policy.batch_pace:
         return None
     now = time.time() if now is None else now
-    seconds = expected_seconds(policy, remaining, used, now)
+    part = fair_part(others)
+    seconds = expected_seconds(policy, ahead + remaining, used, now, part=part)
     finish = None if math.isinf(seconds) else now + seconds
     rate = items_per_minute(policy)
     return {"paced": True, "share": policy.batch_share,
             "items_per_minute": None if rate is None else round(rate, 3),
-            "expected_finish_at": finish, "waiting_items": remaining,
+            "expected_finish_at": finish, "waiting_items": remaining, "fair_part": round(part, 3),
+            "items_ahead": ahead,
             "past_deadline": deadline is not None and (finish is None or finish > deadline)}

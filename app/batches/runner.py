@@ -33,7 +33,10 @@ from app.errors import RelayError
 from app.observability.metrics import observe_item
 from app.payload_port import PayloadMissing, PayloadStore, PayloadStoreUnavailable
 from app.pipeline import run_inference
+from app.pipeline.calls import AllKeysFailed, NoKeyAvailable
 from app.pipeline.interrupt import Interrupted, Interrupter
+from app.pipeline.keyhealth import get_key_health
+from app.pipeline.keypool import cooldown_left
 from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
 from app.pipeline.routing import PolicyUnavailable, check_policy
 from app.pipeline.types import InferenceCall
@@ -44,6 +47,7 @@ log = logging.getLogger("relay.batches.runner")
 CLAIM_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to claim an item
 UNSENT_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # a claimed item the database failed before it reached the upstream
 FINAL_WAIT_S = 120.0  # how long a message waits for its items' final states to commit
+COOLDOWN_STEP_S = 1.0  # a paced item waiting for a key out of its breaker's cool-down looks again this often
 
 
 _UNKNOWN: Any = object()
@@ -239,12 +243,15 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
     except (PayloadMissing, ValueError) as exc:
         return _Ending(outcomes.load_input_failed(exc))
     for delay in (*UNSENT_RETRIES_S, None):
-        call = InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
-                             source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
-                             batch_id=item.batch_id, batch_idx=item.idx, custom_id=item.custom_id, deadline=deadline,
-                             interrupter=interrupter, started_at=item.started, record_later=True, reservation=admitted)
+        def call_of() -> InferenceCall:
+            return InferenceCall(shape=item.shape, body=body, caller=item.caller, policy_id=item.policy_id,
+                                 source="batch", request_id=f"{item.batch_id}:{item.idx}", route="/v1/batches",
+                                 batch_id=item.batch_id, batch_idx=item.idx, custom_id=item.custom_id,
+                                 deadline=deadline, interrupter=interrupter, started_at=item.started,
+                                 record_later=True, reservation=admitted)
+        call = call_of()
         try:
-            return _call(ctx, item, call, interrupter)
+            return _through_cooldowns(ctx, item, call, call_of, interrupter, deadline)
         except (psycopg.Error, PoolTimeout, LimiterUnavailable) as exc:
             if call.sent or delay is None or time.monotonic() + delay >= deadline or interrupter.reason:
                 if isinstance(exc, LimiterUnavailable):
@@ -257,9 +264,45 @@ def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, de
     raise AssertionError("unreachable")
 
 
+class _KeysCooling(Exception):
+    """A paced batch's item found no key to send on (every breaker open, or the probe taken), nothing sent."""
+
+    def __init__(self, cause: RelayError, wait: float) -> None:
+        super().__init__(cause.message)
+        self.cause, self.wait = cause, wait
+
+
+def _through_cooldowns(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall,
+                       call_of: Callable[[], InferenceCall], interrupter: Interrupter, deadline: float) -> _Ending:
+    """_call, and for a paced batch's item that found every key cooling down before anything was sent, the same
+    call again once a key is back (its breaker's cool-down, in steps of COOLDOWN_STEP_S), within its deadline:
+    paced items wait out what waiting fixes, and are never sent twice."""
+    while True:
+        try:
+            return _call(ctx, item, call, interrupter)
+        except _KeysCooling as exc:
+            wait = min(max(exc.wait, 0.05), COOLDOWN_STEP_S)
+            if time.monotonic() + wait >= deadline or interrupter.reason:
+                return _Ending(_stopped(interrupter) or outcomes.pipeline_rejection(exc.cause), call.pending)
+            interrupter.rearm()
+            interrupter.wait(wait)
+            call = call_of()
+
+
+def _cooling(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall, exc: RelayError) -> _KeysCooling | None:
+    """EXC as a wait for a key, when the item's batch is paced and nothing was sent (else None: the page's rule)."""
+    if call.sent or not isinstance(exc, NoKeyAvailable | AllKeysFailed):
+        return None
+    policy = get_policy(ctx.runtime, item.policy_id)
+    if policy is None or not policy.batch_pace:
+        return None
+    wait = cooldown_left(get_key_health(ctx.runtime).health, policy)
+    return _KeysCooling(exc, COOLDOWN_STEP_S if wait is None else wait)
+
+
 def _call(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall, interrupter: Interrupter) -> _Ending:
     """The pipeline call of a claimed item and how it ended; a database failure before anything was sent upstream
-    is raised (the item is still ours: it can be tried again)."""
+    is raised (the item is still ours: it can be tried again), and so is a paced item's wait for a key."""
     try:
         result = run_inference(ctx.runtime, call)
     except LimiterUnavailable:
@@ -267,6 +310,8 @@ def _call(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall, interrupte
     except Interrupted as exc:
         return _Ending(_stopped(interrupter) or outcomes.interrupted(exc.reason), call.pending)
     except RelayError as exc:
+        if not interrupter.reason and (cooling := _cooling(ctx, item, call, exc)) is not None:
+            raise cooling from exc
         return _Ending(_stopped(interrupter) or outcomes.pipeline_rejection(exc), call.pending)
     stopped = _stopped(interrupter)
     if stopped is not None:

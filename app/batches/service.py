@@ -14,7 +14,7 @@ import psycopg
 
 from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
-from app.batches import budget, pacing, store
+from app.batches import budget, outbox, pacing, store
 from app.batches.errors import (
     BatchAlreadyFinished,
     BatchBodyTooLarge,
@@ -155,8 +155,10 @@ def _pacing(runtime: Runtime, row: dict[str, Any], remaining: int) -> dict[str, 
         return None
     with runtime.pool.connection() as conn:
         used = pacing.batch_share_used(conn, policy.rate_limits)
+        others, ahead = outbox.paced_waiting(conn, policy.id, row["owner"], row["created_at"])
     deadline = row.get("expires_at")
-    return pacing.pacing_view(policy, remaining, used, deadline.timestamp() if deadline else None)
+    return pacing.pacing_view(policy, remaining, used, deadline.timestamp() if deadline else None,
+                              others=others, ahead=ahead)
 
 
 def _noting(models: Iterable[str], seen: set[str]) -> Iterator[str]:

@@ -94,7 +94,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     os.environ.setdefault("dramatiq_queue_prefetch", str(threads))
     processes = _given(args.processes, settings.worker_processes)
     argv = ["dramatiq", "actors.worker", "--processes", str(processes), "--threads", str(threads),
-            "--queues", settings.queue_name, settings.webhook_queue, "--worker-shutdown-timeout", str(timeout_ms)]
+            "--queues", settings.queue_name, "--worker-shutdown-timeout", str(timeout_ms)]
     from dramatiq.cli import main as dramatiq_main
 
     from app.observability.metrics import check_worker_metrics_port, prepare_metrics_dir

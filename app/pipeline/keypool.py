@@ -88,6 +88,19 @@ def order_candidates(health_of: Callable[[list[UUID]], dict[UUID, KeyHealth]], p
     return [c for c in states if not c.health.is_open(now)]
 
 
+def cooldown_left(health_of: Callable[[list[UUID]], dict[UUID, KeyHealth]], policy: Policy) -> float | None:
+    """Seconds until the first of POLICY's enabled keys leaves its breaker's cool-down, when every one of them is in
+    it; None when a key is usable now (or the pool is empty: nothing to wait for)."""
+    keys = [k for k in policy.key_pool if k.enabled]
+    if not keys:
+        return None
+    health, now = health_of([k.id for k in keys]), datetime.now(UTC)
+    until = [health.get(k.id, KeyHealth()).opened_until for k in keys]
+    if any(u is None or u <= now for u in until):
+        return None
+    return min((u - now).total_seconds() for u in until if u is not None)
+
+
 def claim_probe(conn: Connection, policy: Policy, key: HostKey) -> bool:
     """Try to become the one caller that probes a half-open key."""
     row = conn.execute(_CLAIM_PROBE, (policy.breaker_cooldown_s, key.id)).fetchone()

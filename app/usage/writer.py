@@ -75,6 +75,7 @@ def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], r
     reaper would within a heartbeat)."""
     done, ending, tail = _finalize(conn, finals, counter) if finals else (set(), set(), set())
     moved = [f.record for f in finals if f.key in done]
+    _late_usage(conn, [f for f in finals if f.key not in done], counter)
     records = [*moved, *records]
     _insert_events(conn, [r.event for r in records])
     _side_writes(conn, [s for r in records for s in r.extra])
@@ -83,6 +84,39 @@ def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], r
     if tails is not None:
         tails |= tail
     return done
+
+
+_LATE_USAGE = """
+WITH f AS (
+    SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])
+        AS f(batch_id, idx, input_tokens, output_tokens, cached_tokens, cost)
+), fixed AS (
+    UPDATE usage_events u SET input_tokens = f.input_tokens, output_tokens = f.output_tokens,
+           cached_tokens = f.cached_tokens, cost_nanos = f.cost
+    FROM f WHERE u.batch_id = f.batch_id AND u.batch_idx = f.idx AND u.error_code = 'worker_lost'
+      AND u.input_tokens = 0 AND u.output_tokens = 0
+    RETURNING u.batch_id, coalesce(f.cost, 0) AS cost
+), counted AS (
+    INSERT INTO batch_progress AS p (batch_id, counter, cost_nanos)
+    SELECT batch_id, %s, sum(cost) FROM fixed GROUP BY batch_id
+    ON CONFLICT (batch_id, counter) DO UPDATE SET cost_nanos = p.cost_nanos + excluded.cost_nanos
+)
+DELETE FROM batch_usage WHERE batch_id IN (SELECT batch_id FROM fixed)
+"""
+
+
+def _late_usage(conn: psycopg.Connection[Any], late: Sequence[ItemFinal], counter: str) -> None:
+    """Finals that found their item moved on, the upstream having answered (tokens counted): the reaper judged their
+    worker lost meanwhile (its session ended: a partition past the keepalives). The item stays `worker_lost`, but its
+    usage event gets what the upstream counted, and its cost counts toward the spend cap (a finished batch's cached
+    sums are dropped, to be summed again)."""
+    answered = [f for f in late if f.record.event.input_tokens or f.record.event.output_tokens]
+    if not answered:
+        return
+    events = [f.record.event for f in answered]
+    conn.execute(_LATE_USAGE, ([f.batch_id for f in answered], [f.idx for f in answered],
+                               [e.input_tokens for e in events], [e.output_tokens for e in events],
+                               [e.cached_tokens for e in events], [e.cost_nanos for e in events], counter))
 
 
 _FINALIZE = """

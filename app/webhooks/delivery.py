@@ -26,6 +26,7 @@ from app.webhooks import signing, store
 from app.webhooks.destinations import DestinationRefused, HostRules, resolve_target
 from app.webhooks.events import event_name
 from app.webhooks.sender import post
+from app.webhooks.slots import DestinationSlots, busy_wait
 
 log = logging.getLogger("relay.webhooks")
 LEASE_MARGIN_S = 5.0  # an attempt's lease outlasts its timeout by this (its outcome is written meanwhile)
@@ -43,9 +44,21 @@ class Outcome:
     retryable: bool = True
 
 
-def deliver(runtime: Runtime, delivery_id: UUID, token: UUID) -> float | None:
-    """Make the attempt TOKEN's message may make; the seconds after which the same message should come again (a
-    broker retry), or None when it has nothing more to do."""
+def deliver(runtime: Runtime, delivery_id: UUID, token: UUID, slots: DestinationSlots | None = None) -> float | None:
+    """Make the attempt TOKEN's message may make, within a slot of its destination (SLOTS: this process's); the
+    seconds after which the same message should come again (a broker retry), or None when it has nothing more to
+    do. A destination with no free slot: the delivery is not claimed and comes back shortly."""
+    if slots is None:
+        return _deliver(runtime, delivery_id, token)
+    with runtime.pool.connection() as conn:
+        url = store.target_url(conn, delivery_id)
+    if url is None:
+        return None
+    with slots.hold(url) as free:
+        return _deliver(runtime, delivery_id, token) if free else busy_wait()
+
+
+def _deliver(runtime: Runtime, delivery_id: UUID, token: UUID) -> float | None:
     settings = runtime.settings
     with runtime.pool.connection() as conn, conn.transaction():
         claimed = store.claim(conn, delivery_id, token, settings.webhook_timeout_s + LEASE_MARGIN_S)
@@ -76,7 +89,7 @@ def attempt(runtime: Runtime, claimed: dict[str, Any], url: str) -> Outcome:
         target = resolve_target(url, HostRules.parse(settings.webhook_allowed_networks, networks_only=True))
         body = claimed["body"].encode()
         headers = signing.headers(keys, event_name(claimed["event_id"]), int(time.time()), body)
-        status, location = post(target, body, headers, settings.webhook_timeout_s)
+        status, location = post(target, body, headers, settings.webhook_timeout_s, settings.webhook_connect_timeout_s)
     except (DestinationRefused, SecretUnreadable, UnicodeError) as exc:
         return Outcome(None, took(), f"refused: {exc}", retryable=False)
     except (OSError, http.client.HTTPException) as exc:

@@ -111,6 +111,14 @@ FROM claimed c JOIN webhook_events ev ON ev.id = c.event_id LEFT JOIN webhook_en
 """
 
 
+def target_url(conn: Conn, delivery_id: UUID) -> str | None:
+    """Where a delivery goes now (its endpoint's current URL, or its own), read before a claim to pick its slot."""
+    row = conn.execute("SELECT coalesce(e.url, d.url) AS url FROM webhook_deliveries d"
+                       " LEFT JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.id = %s",
+                       (delivery_id,)).fetchone()
+    return None if row is None else str(row["url"])
+
+
 def claim(conn: Conn, delivery_id: UUID, token: UUID, lease_s: float) -> Row | None:
     """Start an attempt of the delivery if TOKEN's message may make it (pending, current token, no live lease):
     the delivery with its event body and its endpoint's current URL and secrets; None otherwise."""

@@ -10,7 +10,7 @@ from app.runtime import Runtime
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60}
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the batch"}]}
 # Host keys by purpose: each scenario's policy draws from its own key, so upstream behaviours never collide.
-KEYS = ("ok", "slow", "fail", "hang", "fair", "rps")
+KEYS = ("ok", "slow", "fail", "hang", "fair", "rps", "brk")
 PACED_LIMIT, PACED_WINDOW_S = 8, 2  # the `paced` policy: 8 requests per 2 s, half of them for batch items
 
 
@@ -46,6 +46,8 @@ def batch_catalog(upstream_url: str) -> dict[str, Any]:
             _policy("paced", ["oa-ok"], rate_limits=[{"requests": PACED_LIMIT, "per": f"{PACED_WINDOW_S}s"}],
                     batch={"pace": True, "share": 0.5}),
             _policy("rps", ["oa-rps"]),
+            {**_policy("paced-breaker", ["oa-brk"], rate_limits=[{"requests": 40, "per": "2s"}],
+                       batch={"pace": True, "share": 0.5}), "circuit_breaker": {"failures": 2, "cooldown": "3s"}},
             _policy("shared", ["oa-ok"], rate_limits=[{"requests": 10, "per": "1h"}], batch={"share": 0.5}),
         ],
         "teams": [{"name": "t-batch"}],

@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from app.batches.dispatch import Dispatcher, Publication, plan_pass
+from app.batches.scheduler import PacedShares
 
 
 def _batch(owner: str, total: int, published: int = 0, weight: float = 1.0) -> dict[str, Any]:
@@ -84,3 +85,40 @@ def test_items_are_grouped_only_when_they_are_fast_and_the_backlog_is_deep() -> 
     assert slow._refill == min(54 // (6 * 2), 22 // (2 * 2))  # a sixth of the window, at most half the lead
     unknown = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.0)  # type: ignore[arg-type]
     assert unknown.window(threads=32, backlog=20_000) == (2 * 32 + 32, 1)  # nothing finished yet: not grouped
+
+
+def _paced(shares: PacedShares, policy: UUID, batches: list[dict[str, Any]], room: int) -> Counter[str]:
+    """One pass of a paced policy's budget: items given to each owner (and the batches' cursors moved by them)."""
+    cut = shares.split(policy, room, batches)
+    given: Counter[str] = Counter()
+    for batch in cut:
+        original = next(b for b in batches if b["id"] == batch["id"])
+        given[batch["owner"]] += batch["total"] - original["published_upto"]
+        original["published_upto"] = batch["total"]
+    return given
+
+
+def test_a_paced_budget_of_one_item_a_pass_alternates_between_two_waiting_owners() -> None:
+    shares, policy = PacedShares(), uuid4()
+    batches = [_batch("x", 300), _batch("y", 20)]
+    given = sum((_paced(shares, policy, batches, room=1) for _ in range(20)), Counter())
+    assert given == {"x": 10, "y": 10}  # in-flight counts (all zero here) would have given every item to "x"
+
+
+def test_an_owner_that_starts_waiting_late_gets_no_credit_for_the_time_before() -> None:
+    shares, policy = PacedShares(), uuid4()
+    old = [_batch("x", 300)]
+    for _ in range(30):
+        _paced(shares, policy, old, room=2)
+    batches = [*old, _batch("y", 100)]
+    given = sum((_paced(shares, policy, batches, room=2) for _ in range(10)), Counter())
+    assert given == {"x": 10, "y": 10}  # shared from its arrival on, not all to the newcomer until it catches up
+
+
+def test_a_paced_budget_follows_the_weights_and_then_an_owners_batches_oldest_first() -> None:
+    shares, policy = PacedShares(), uuid4()
+    heavy_old, heavy_new, light = _batch("heavy", 5, weight=3), _batch("heavy", 50, weight=3), _batch("light", 50)
+    batches = [heavy_old, heavy_new, light]
+    given = sum((_paced(shares, policy, batches, room=4) for _ in range(10)), Counter())
+    assert given == {"heavy": 30, "light": 10}
+    assert heavy_old["published_upto"] == 5 and heavy_new["published_upto"] == 25
