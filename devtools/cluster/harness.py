@@ -7,6 +7,7 @@ import itertools
 import os
 import selectors
 import shlex
+import signal
 import socket
 import subprocess
 import threading
@@ -125,6 +126,11 @@ class Cluster:
         self.sh("crash", f"pg-{old}")
         return old, self.primary(timeout=120, other_than=old)
 
+    def freeze_manager(self, node: str, frozen: bool = True) -> None:
+        """SIGSTOP (FROZEN) or SIGCONT NODE's Patroni: its Postgres runs on, unmanaged."""
+        pid = int((self.directory / "pg" / node / "patroni.pid").read_text())
+        os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
     def wait_healthy(self, timeout: float = 180) -> None:
         """Wait until a primary streams to one synchronous standby (after a fault, Patroni rejoins the other)."""
         deadline = time.monotonic() + timeout
@@ -155,6 +161,53 @@ class Cluster:
             rows = conn.execute("SELECT application_name FROM pg_stat_replication"
                                 " WHERE sync_state IN ('sync', 'quorum') ORDER BY 1").fetchall()
         return [str(r[0]) for r in rows]
+
+
+class PrimaryWatch:
+    """Samples both Postgres members every INTERVAL_S on a thread while in use: how many would take writes (out of
+    recovery) at each sample, and the sessions of Relay's database on each member that held a transaction id (a
+    write) or ran outside recovery."""
+
+    def __init__(self, cluster: Cluster, database_url: str, interval_s: float = 0.5) -> None:
+        self.cluster, self.interval_s = cluster, interval_s
+        self.database = database_url.split("?", 1)[0].rsplit("/", 1)[1]
+        self.samples: list[dict[str, tuple[str, int]]] = []  # {"a": ("primary"|"standby"|"down", writes), ...}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="primary-watch", daemon=True)
+
+    def __enter__(self) -> PrimaryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def primaries(self) -> list[int]:
+        """The number of members out of recovery at each sample."""
+        return [sum(1 for state, _ in sample.values() if state == "primary") for sample in self.samples]
+
+    def since_down(self, node: str) -> list[tuple[str, int]]:
+        """NODE's (state, Relay sessions holding a transaction id) at each sample from the first that found it
+        down on."""
+        states = [sample[node] for sample in self.samples]
+        first = next((i for i, (state, _) in enumerate(states) if state == "down"), len(states))
+        return states[first:]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.samples.append({node: self._sample(node) for node in self.cluster.members()})
+
+    def _sample(self, node: str) -> tuple[str, int]:
+        url = f"postgresql://postgres@127.0.0.1:{self.cluster.pg_port(node)}/postgres"
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
+                row = conn.execute("SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE datname = %s AND backend_xid IS NOT NULL)", (self.database,)).fetchone()
+        except psycopg.Error:
+            return "down", 0
+        assert row is not None
+        return "standby" if row[0] else "primary", int(row[1])
 
 
 class TcpProxy:

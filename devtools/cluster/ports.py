@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
-CLAIMS = Path(os.environ.get("RELAY_PORT_CLAIMS", "/tmp/relay-cluster-ports"))
+CLAIMS = Path(os.environ.get("RELAY_PORT_CLAIMS", tempfile.gettempdir() + "/relay-cluster-ports"))
 LOWEST = 26000  # above the fixed ports of scripts/services.sh and dev.sh (..., 257xx)
 
 
