@@ -40,12 +40,15 @@ WARMUP = 300  # items completed before the fault (about 5 s of that drain: a ste
 INSTANT_FAULT_S = 5.0  # a fault that is over at once (a failover): the rate is compared over this long after it
 FAULTS: dict[str, Callable[[ClusterStack, Cluster, faults.Pace], faults.Fault]] = {
     "leader": faults.kill_queue_leader, "failover": faults.fail_over_postgres, "mqcut": faults.cut_from_broker,
-    "pgcut": faults.cut_from_database, "rolling": faults.rolling_restart}
+    "pgcut": faults.cut_from_database, "rolling": faults.rolling_restart, "standby": faults.kill_standby,
+    "oldprimary": faults.restart_old_primary}
 SCENARIOS = ("drain", *FAULTS)
 NAMES = {"leader": "RabbitMQ node leading the queue killed (restarted after 7 s)",
          "failover": "Postgres primary killed, Patroni promotes the standby",
          "mqcut": "a worker group cut from RabbitMQ for 10 s", "pgcut": "a worker group cut from Postgres for 15 s",
-         "rolling": "rolling restart of 2 APIs and 2 worker groups"}
+         "rolling": "rolling restart of 2 APIs and 2 worker groups",
+         "standby": "Postgres synchronous standby's member killed (kept down)",
+         "oldprimary": "Postgres primary's member killed, then started again"}
 
 
 @dataclass
@@ -105,6 +108,11 @@ def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, res
     results.add("cluster faults", f"{label}: back to 80% of the rate, after it ended",
                 resume_after(times, fault.ended, share=0.8), "s")
     results.add("cluster faults", f"{label}: items discarded", discarded, "items")
+    watch = fault.notes.get("watch")
+    if watch is not None:  # sampled every 0.5 s: never two primaries, nothing written on the old one
+        results.add("cluster faults", f"{label}: most primaries at once", max(watch.primaries()), "members")
+        results.add("cluster faults", f"{label}: Relay writes on the old primary after it died",
+                    sum(w for _, w in watch.since_down(fault.notes["old_primary"])), "sessions")
 
 
 def rate(times: list[float], start: float, end: float) -> float:
