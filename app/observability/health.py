@@ -33,7 +33,8 @@ def _check_postgres(runtime: Runtime) -> str:
 def check_writes(conn: psycopg.Connection[Any]) -> str:
     """"ok" when a write commits on CONN's server now, else why not: the server is a standby (read-only), or the
     probe's commit (a transaction id, nothing else) waited WRITE_WAIT_S for a synchronous standby that does not
-    answer. Such a commit is cancelled by the statement timeout and becomes local-only, with a warning."""
+    answer. The statement timeout cancels that wait: the commit stays local, and the server says so in a WARNING
+    (the only warning such a commit can raise)."""
     row = conn.execute("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS ro"
                        ).fetchone()
     if row and row["ro"]:
@@ -41,7 +42,8 @@ def check_writes(conn: psycopg.Connection[Any]) -> str:
     warnings: list[str] = []
 
     def note(diag: psycopg.errors.Diagnostic) -> None:
-        warnings.append(diag.message_primary or "")
+        if diag.severity_nonlocalized == "WARNING":
+            warnings.append(diag.sqlstate or "")
 
     conn.add_notice_handler(note)
     started = time.monotonic()
@@ -52,7 +54,7 @@ def check_writes(conn: psycopg.Connection[Any]) -> str:
     finally:
         conn.remove_notice_handler(note)
     waited = time.monotonic() - started
-    if waited >= WRITE_WAIT_S or any("synchronous replication" in w for w in warnings):
+    if warnings or waited >= WRITE_WAIT_S:
         return f"writes stuck: a commit waited {waited:.1f} s for a synchronous standby"
     return "ok"
 

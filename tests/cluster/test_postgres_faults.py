@@ -13,7 +13,8 @@ import requests
 from devtools.cluster.faults import Pace, cut_from_database, fail_over_postgres, kill_standby, restart_old_primary
 from devtools.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap, resume_after
 
-pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+# The first test also waits for the session's cluster to start (etcd, Patroni, RabbitMQ: minutes on a loaded machine).
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture()
