@@ -32,9 +32,9 @@ def _check_postgres(runtime: Runtime) -> str:
 
 def check_writes(conn: psycopg.Connection[Any]) -> str:
     """"ok" when a write commits on CONN's server now, else why not: the server is a standby (read-only), or the
-    probe's commit (a transaction id, nothing else) waited WRITE_WAIT_S for a synchronous standby that does not
+    probe's commit (one row of readiness_probe) waited WRITE_WAIT_S for a synchronous standby that does not
     answer. The statement timeout cancels that wait: the commit stays local, and the server says so in a WARNING
-    (the only warning such a commit can raise)."""
+    (the only warning such a commit can raise); a probe queued behind a stuck one times out on the row lock."""
     row = conn.execute("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS ro"
                        ).fetchone()
     if row and row["ro"]:
@@ -50,7 +50,9 @@ def check_writes(conn: psycopg.Connection[Any]) -> str:
     try:
         with conn.transaction():
             conn.execute(f"SET LOCAL statement_timeout = {int(WRITE_WAIT_S * 1000)}")
-            conn.execute("SELECT pg_current_xact_id()")
+            conn.execute("UPDATE readiness_probe SET probed_at = now() WHERE id = 1")
+    except psycopg.errors.QueryCanceled:
+        warnings.append("57014")
     finally:
         conn.remove_notice_handler(note)
     waited = time.monotonic() - started
