@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,8 +34,9 @@ def _check_postgres(runtime: Runtime) -> str:
 def check_writes(conn: psycopg.Connection[Any]) -> str:
     """"ok" when a write commits on CONN's server now, else why not: the server is a standby (read-only), or the
     probe's commit (one row of readiness_probe) waited WRITE_WAIT_S for a synchronous standby that does not
-    answer. The statement timeout cancels that wait: the commit stays local, and the server says so in a WARNING
-    (the only warning such a commit can raise); a probe queued behind a stuck one times out on the row lock."""
+    answer. A cancel request ends that wait (the statement timeout does not reach a commit's wait): the commit
+    stays local, and the server says so in a WARNING (the only warning such a commit can raise); a probe queued
+    behind a stuck one is cancelled on the row lock."""
     row = conn.execute("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS ro"
                        ).fetchone()
     if row and row["ro"]:
@@ -47,13 +49,15 @@ def check_writes(conn: psycopg.Connection[Any]) -> str:
 
     conn.add_notice_handler(note)
     started = time.monotonic()
+    cancel = threading.Timer(WRITE_WAIT_S, conn.cancel_safe)
+    cancel.start()
     try:
         with conn.transaction():
-            conn.execute(f"SET LOCAL statement_timeout = {int(WRITE_WAIT_S * 1000)}")
             conn.execute("UPDATE readiness_probe SET probed_at = now() WHERE id = 1")
     except psycopg.errors.QueryCanceled:
         warnings.append("57014")
     finally:
+        cancel.cancel()
         conn.remove_notice_handler(note)
     waited = time.monotonic() - started
     if warnings or waited >= WRITE_WAIT_S:
