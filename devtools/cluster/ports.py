@@ -2,8 +2,9 @@
 
 A port found free and bound later by another process is a race: meanwhile any process binding port 0 may get it
 (the cluster tests once failed on exactly that). So the ports come from below the kernel's ephemeral range, which
-a bind to port 0 never hands out, and each is claimed for its cluster by creating a directory named after it under
-CLAIMS (atomic: two clusters never claim one port). A claim is stale once its cluster's directory is gone.
+a bind to port 0 never hands out, and each is claimed for its cluster by a symbolic link named after it under
+CLAIMS, pointing at the cluster's directory (atomic: two clusters never claim one port). A claim is stale once its
+cluster's directory is gone.
 
 Usage: python -m devtools.cluster.ports COUNT CLUSTER_DIR   (prints COUNT ports, space-separated)
 """
@@ -49,36 +50,48 @@ def reserve(count: int, owner: Path, claims: Path = CLAIMS) -> list[int]:
 
 
 def _claim(port: int, owner: Path, claims: Path) -> bool:
+    """Claim PORT for OWNER: a symbolic link named after the port, pointing at OWNER (created at once, with its
+    owner). A stale claim is set aside by an atomic rename first; should a fresh claim have replaced it meanwhile,
+    that one is put back."""
     path = claims / str(port)
-    try:
-        path.mkdir()
-    except FileExistsError:
-        holder = _holder(path)
-        if holder is None or holder.exists():
-            return False
-        _release(port, claims)  # its cluster is gone: the claim is stale
+    for _ in range(2):
         try:
-            path.mkdir()
+            os.symlink(owner, path)
+            return True
         except FileExistsError:
-            return False  # another cluster reclaimed it first
-    (path / "owner").write_text(str(owner))
-    return True
+            holder = _holder(path)
+            if holder is None or holder.exists():
+                return False
+            aside = claims / f".stale-{port}-{os.getpid()}"
+            try:
+                os.rename(path, aside)
+            except OSError:
+                return False  # another cluster set it aside first
+            moved = _holder(aside)
+            aside.unlink(missing_ok=True)
+            if moved != holder:
+                if moved is not None:
+                    _put_back(moved, path)
+                return False
+    return False
+
+
+def _put_back(owner: Path, path: Path) -> None:
+    try:
+        os.symlink(owner, path)
+    except FileExistsError:
+        pass
 
 
 def _holder(path: Path) -> Path | None:
     try:
-        return Path((path / "owner").read_text())
-    except OSError:  # being created or removed right now
+        return Path(os.readlink(path))
+    except OSError:  # removed right now
         return None
 
 
 def _release(port: int, claims: Path) -> None:
-    path = claims / str(port)
-    (path / "owner").unlink(missing_ok=True)
-    try:
-        path.rmdir()
-    except OSError:
-        pass
+    (claims / str(port)).unlink(missing_ok=True)
 
 
 def _free(port: int) -> bool:
