@@ -107,10 +107,11 @@ def check_idle_connection(conn: psycopg.Connection[Any]) -> None:
 
 
 @contextmanager
-def autocommit(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
-    """A pooled connection on which each statement commits by itself: single-statement work skips the BEGIN and
-    COMMIT round trips (several statements that belong together still go in `conn.transaction()`)."""
-    with pool.connection() as conn:
+def autocommit(pool: ConnectionPool, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection (waiting up to TIMEOUT, the pool's own by default) on which each statement commits by
+    itself: single-statement work skips the BEGIN and COMMIT round trips (several statements that belong together
+    still go in `conn.transaction()`)."""
+    with pool.connection(timeout=timeout) as conn:
         conn.autocommit = True
         try:
             yield conn

@@ -40,12 +40,15 @@ WARMUP = 300  # items completed before the fault (about 5 s of that drain: a ste
 INSTANT_FAULT_S = 5.0  # a fault that is over at once (a failover): the rate is compared over this long after it
 FAULTS: dict[str, Callable[[ClusterStack, Cluster, faults.Pace], faults.Fault]] = {
     "leader": faults.kill_queue_leader, "failover": faults.fail_over_postgres, "mqcut": faults.cut_from_broker,
-    "pgcut": faults.cut_from_database, "rolling": faults.rolling_restart}
+    "pgcut": faults.cut_from_database, "rolling": faults.rolling_restart, "standby": faults.kill_standby,
+    "oldprimary": faults.restart_old_primary}
 SCENARIOS = ("drain", *FAULTS)
 NAMES = {"leader": "RabbitMQ node leading the queue killed (restarted after 7 s)",
-         "failover": "Postgres primary killed, standby promoted",
+         "failover": "Postgres primary killed, Patroni promotes the standby",
          "mqcut": "a worker group cut from RabbitMQ for 10 s", "pgcut": "a worker group cut from Postgres for 15 s",
-         "rolling": "rolling restart of 2 APIs and 2 worker groups"}
+         "rolling": "rolling restart of 2 APIs and 2 worker groups",
+         "standby": "Postgres synchronous standby's member killed (kept down)",
+         "oldprimary": "Postgres primary's member killed, then started again"}
 
 
 @dataclass
@@ -86,7 +89,6 @@ def _cpu(workers: list[RelayProcess], side: Side) -> dict[str, dict[int, float]]
 def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, results: Results) -> None:
     """Run fault NAME during a batch of ITEMS on the cluster; record how long the drain stalled and came back."""
     pace = faults.Pace(name, items=items, during_ms=FAULT_MS, after_ms=FAULT_MS, warmup=WARMUP)
-    primary = cluster.primary()
     try:
         fault = FAULTS[name](stack, cluster, pace)
         stack.wait_items(fault.batch_id, FINAL, items, timeout=600)
@@ -95,8 +97,7 @@ def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, res
     finally:
         stack.stop_processes()
         stack.api_urls = []
-        if cluster.primary() != primary:
-            cluster.rejoin(primary)
+        cluster.wait_healthy()  # Patroni rejoins a former primary as the synchronous standby by itself
     label = NAMES[name]
     ended = max(fault.ended, fault.began + INSTANT_FAULT_S)
     before = rate(times, fault.began - 3.0, fault.began)
@@ -107,6 +108,11 @@ def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, res
     results.add("cluster faults", f"{label}: back to 80% of the rate, after it ended",
                 resume_after(times, fault.ended, share=0.8), "s")
     results.add("cluster faults", f"{label}: items discarded", discarded, "items")
+    watch = fault.notes.get("watch")
+    if watch is not None:  # sampled every 0.5 s: never two primaries, nothing written on the old one
+        results.add("cluster faults", f"{label}: most primaries at once", max(watch.primaries()), "members")
+        results.add("cluster faults", f"{label}: Relay writes on the old primary after it died",
+                    sum(w for _, w in watch.since_down(fault.notes["old_primary"])), "sessions")
 
 
 def rate(times: list[float], start: float, end: float) -> float:

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # A Relay cluster on one machine, to try it and to break it: three clustered RabbitMQ nodes (quorum queues), a
-# Postgres primary with a synchronous streaming standby, two `relay api` and two `relay worker` replicas on one
-# payload directory, and the fake upstream. Nothing of it touches the services of scripts/services.sh.
+# Postgres primary and its synchronous standby under Patroni (on three etcd members), two `relay api` and two
+# `relay worker` replicas on one payload directory, and the fake upstream. Nothing of it touches the services of scripts/services.sh.
 #
 # Usage: scripts/cluster.sh up [--services-only] | down | status | env [K]   (K: the replica's first RabbitMQ node)
-#        scripts/cluster.sh kill NAME | start NAME | stop NAME    NAME: rabbit1..3, pg-a, pg-b, api1, api2,
-#                                                                       worker-a, worker-b, upstream
-#        scripts/cluster.sh promote pg-X     make the standby pg-X the primary (after its primary died)
-#        scripts/cluster.sh rejoin pg-X      rebuild pg-X as the synchronous standby of the current primary
+#        scripts/cluster.sh kill NAME | start NAME | stop NAME    NAME: rabbit1..3, etcd1..3, pg-a, pg-b, api1,
+#                                                                       api2, worker-a, worker-b, upstream
+#        scripts/cluster.sh crash pg-X       SIGKILL Postgres of pg-X alone (its Patroni lives and fails over)
+#        scripts/cluster.sh primary          the Postgres member Patroni made the primary (pg-a or pg-b)
 #        scripts/cluster.sh leader [QUEUE]   the RabbitMQ node leading the item queue (or QUEUE)
-# Everything lives under $RELAY_CLUSTER_DIR (default .cluster/, git-ignored); ports are free ones chosen at the
-# first `up` and kept in .cluster/cluster.env. `down` keeps the data; `rm -rf .cluster` after it forgets it all.
+# Everything lives under $RELAY_CLUSTER_DIR (default .cluster/, git-ignored); ports are claimed at the first `up`
+# below the ephemeral range (devtools/cluster/ports.py) and kept in .cluster/cluster.env. `down` keeps the data; `rm -rf .cluster` after it forgets it all.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 C="${RELAY_CLUSTER_DIR:-$ROOT/.cluster}"
@@ -28,21 +28,16 @@ die() { log "$*"; exit 1; }
 init_state() {
   [ -f "$C/cluster.env" ] && return 0
   mkdir -p "$C"
-  local ports; read -r -a ports <<< "$("$PY" - <<'PY'
-import socket
-held = [socket.socket() for _ in range(16)]
-for s in held:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in held))
-PY
-)"
+  local ports; read -r -a ports <<< "$(cd "$ROOT" && "$PY" -m devtools.cluster.ports 24 "$C")"
   local id; id=$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')
   cat > "$C/cluster.env" <<ENV
 CLUSTER_ID=$id
 MQ1_PORT=${ports[0]} MQ1_UI=${ports[1]} MQ1_DIST=${ports[2]}
 MQ2_PORT=${ports[3]} MQ2_UI=${ports[4]} MQ2_DIST=${ports[5]}
 MQ3_PORT=${ports[6]} MQ3_UI=${ports[7]} MQ3_DIST=${ports[8]}
-PGA_PORT=${ports[9]} PGB_PORT=${ports[10]}
+PGA_PORT=${ports[9]} PGB_PORT=${ports[10]} PGA_API=${ports[16]} PGB_API=${ports[17]}
+ETCD1_CLIENT=${ports[18]} ETCD2_CLIENT=${ports[19]} ETCD3_CLIENT=${ports[20]}
+ETCD1_PEER=${ports[21]} ETCD2_PEER=${ports[22]} ETCD3_PEER=${ports[23]}
 API1_PORT=${ports[11]} API2_PORT=${ports[12]} UPSTREAM_PORT=${ports[13]}
 WORKER_A_METRICS=${ports[14]} WORKER_B_METRICS=${ports[15]}
 ADMIN_TOKEN=admin-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -132,121 +127,9 @@ mq_leader() {  # mq_leader [QUEUE]: the node (rabbitN) leading the item queue (o
   die "no RabbitMQ node is running"
 }
 
-# -- Postgres: a primary and a synchronous streaming standby ------------------------------------------------
-pg_dir() { printf '%s/pg/%s' "$C" "$1"; }
-pg() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
-pg_port() { [ "$1" = a ] && echo "$PGA_PORT" || echo "$PGB_PORT"; }
-pg_running() { pg pg_ctl -D "$(pg_dir "$1")/data" status >/dev/null 2>&1; }
-pg_primary() { cat "$C/pg/primary" 2>/dev/null || echo a; }
-other() { [ "$1" = a ] && echo b || echo a; }
-
-pg_node_conf() {  # pg_node_conf X primary|alone|standby: the settings that differ between the two nodes
-  local x=$1 role=$2 f; f="$(pg_dir "$x")/data/node.conf"
-  {
-    echo "port = $(pg_port "$x")"
-    echo "unix_socket_directories = '$(pg_dir "$x")'"
-    echo "cluster_name = 'pg-$x'"
-    if [ "$role" = primary ]; then
-      echo "synchronous_standby_names = '*'  # a commit returns once the standby has it on disk"
-    elif [ "$role" = alone ]; then
-      echo "synchronous_standby_names = ''  # no standby yet: commits would wait for one forever"
-    else
-      echo "synchronous_standby_names = ''  # kept when promoted: alone, the new primary commits by itself"
-      echo "primary_conninfo = 'host=127.0.0.1 port=$(pg_port "$(other "$x")") user=postgres application_name=pg-$x'"
-    fi
-  } > "$f"
-  chown postgres:postgres "$f"
-}
-
-pg_init_primary() {
-  local x=$1 d; d=$(pg_dir "$x")
-  mkdir -p "$d"; chown postgres:postgres "$d"; chmod 700 "$d"
-  [ -f "$d/data/PG_VERSION" ] && return 0
-  log "initdb pg-$x"
-  pg initdb -D "$d/data" -U postgres --auth=trust -E UTF8 >/dev/null
-  cat >> "$d/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-max_connections = 300
-shared_buffers = 128MB
-wal_level = replica
-max_wal_senders = 5
-wal_keep_size = 512MB
-hot_standby = on
-synchronous_commit = on
-fsync = on
-# A client cut off inside a transaction would hold its row locks until TCP gives up on it (hours by default): the
-# server ends such a session after 10 s (Relay's leader transactions, dispatcher and reaper, ask for 5 s themselves).
-idle_in_transaction_session_timeout = '10s'
-tcp_keepalives_idle = 5
-tcp_keepalives_interval = 2
-tcp_keepalives_count = 3
-include = 'node.conf'
-CONF
-  pg_node_conf "$x" alone
-  echo "$x" > "$C/pg/primary"
-}
-
-pg_start() {
-  local x=$1 d; d=$(pg_dir "$x")
-  pg_running "$x" && return 0
-  log "starting pg-$x on 127.0.0.1:$(pg_port "$x")"
-  pg pg_ctl -D "$d/data" -l "$d/postgres.log" -w -t 120 start >/dev/null
-}
-pg_stop() { pg_running "$1" && pg pg_ctl -D "$(pg_dir "$1")/data" -m fast -w stop >/dev/null && log "pg-$1 stopped" || true; }
-pg_kill() {  # SIGKILL the postmaster and every backend at once, as a crash of the machine would
-  local pid; pid=$(head -1 "$(pg_dir "$1")/data/postmaster.pid" 2>/dev/null || true)
-  [ -n "$pid" ] || return 0
-  # shellcheck disable=SC2046
-  kill -KILL "$pid" $(ps -o pid= --ppid "$pid") 2>/dev/null || true
-  log "pg-$1 killed (postmaster $pid and its children)"
-}
-
-pg_standby() {  # pg_standby X: rebuild X as a standby of the other node (the primary), wait until it is synchronous
-  local x=$1 primary d; primary=$(other "$x"); d=$(pg_dir "$x")
-  pg_running "$primary" || die "pg-$primary (the primary) is not running"
-  pg_stop "$x"
-  rm -rf "$d/data"; mkdir -p "$d"; chown postgres:postgres "$d"; chmod 700 "$d"
-  log "pg-$x: base backup of pg-$primary"
-  pg pg_basebackup -h 127.0.0.1 -p "$(pg_port "$primary")" -U postgres -D "$d/data" -X stream -c fast
-  pg_node_conf "$x" standby
-  runuser -u postgres -- touch "$d/data/standby.signal"
-  pg_start "$x"
-  pg_node_conf "$primary" primary
-  psql_on "$primary" -c "SELECT pg_reload_conf()" >/dev/null
-  pg_wait_sync "$primary"
-}
-psql_on() { "$PG_BIN/psql" -h 127.0.0.1 -p "$(pg_port "$1")" -U postgres -d postgres -tAX "${@:2}"; }
-pg_wait_sync() {
-  for _ in $(seq 1 300); do
-    [ "$(psql_on "$1" -c "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ] && return 0
-    sleep 0.2
-  done
-  die "no synchronous standby on pg-$1 after 60 s"
-}
-
-pg_promote() {
-  local x=$1
-  [ "$(pg_primary)" != "$x" ] || die "pg-$x is the primary already"
-  pg pg_ctl -D "$(pg_dir "$x")/data" -w promote >/dev/null
-  echo "$x" > "$C/pg/primary"
-  log "pg-$x promoted: it is the primary, without a standby until 'rejoin pg-$(other "$x")'"
-}
-
-pg_up() {
-  local primary; primary=$(pg_primary)
-  mkdir -p "$C/pg"
-  local p="$C"; while [ "$p" != "/" ]; do chmod o+x "$p" 2>/dev/null || true; p=$(dirname "$p"); done
-  pg_init_primary "$primary"
-  pg_start "$primary"
-  psql_on "$primary" -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 \
-    || psql_on "$primary" -c "CREATE DATABASE $DB" >/dev/null
-  if [ -f "$(pg_dir "$(other "$primary")")/data/standby.signal" ]; then
-    pg_start "$(other "$primary")"
-    pg_wait_sync "$primary"
-  else
-    pg_standby "$(other "$primary")"
-  fi
-}
+# -- Postgres under Patroni, on etcd: scripts/cluster-postgres.sh -------------------------------------------
+# shellcheck source=scripts/cluster-postgres.sh
+source "$ROOT/scripts/cluster-postgres.sh"
 
 # -- Relay: configured as the README tells cluster users -----------------------------------------------------
 amqp() { printf 'amqp://guest:guest@127.0.0.1:%s/%%2F' "$(var "MQ${1}_PORT")"; }
@@ -333,7 +216,7 @@ info() {
 
 The cluster is up ($C).
   RabbitMQ:  rabbit1 127.0.0.1:$MQ1_PORT (UI http://127.0.0.1:$MQ1_UI, guest/guest), rabbit2 :$MQ2_PORT (UI :$MQ2_UI), rabbit3 :$MQ3_PORT (UI :$MQ3_UI)
-  Postgres:  pg-$(pg_primary) primary, pg-$(other "$(pg_primary)") synchronous standby: $RELAY_DATABASE_URL
+  Postgres:  pg-a, pg-b under Patroni (REST :$PGA_API, :$PGB_API; etcd :$ETCD1_CLIENT, :$ETCD2_CLIENT, :$ETCD3_CLIENT), primary pg-$(pg_primary): $RELAY_DATABASE_URL
 INFO
   [ "$1" = "--services-only" ] && { echo "  Relay settings: scripts/cluster.sh env"; return 0; }
   cat <<INFO
@@ -344,7 +227,7 @@ INFO
 
   eval "\$(scripts/cluster.sh env)"; relay batches submit requests.jsonl --shape openai --wait
   scripts/cluster.sh kill \$(scripts/cluster.sh leader); scripts/cluster.sh start rabbitN   # a node dies and returns
-  scripts/cluster.sh kill pg-$(pg_primary); scripts/cluster.sh promote pg-$(other "$(pg_primary)"); scripts/cluster.sh rejoin pg-$(pg_primary)
+  scripts/cluster.sh kill pg-$(pg_primary); scripts/cluster.sh start pg-$(pg_primary)   # Patroni fails over, then the old primary rejoins as a standby
   scripts/cluster.sh down
 INFO
 }
@@ -354,22 +237,17 @@ down() {
   load_state
   local name n; for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
   for n in 1 2 3; do mq_stop "$n" & done; wait
-  pg_stop "$(other "$(pg_primary)")"; pg_stop "$(pg_primary)"
+  pg_down
 }
 
 status() {
   load_state
-  local n x name
+  local n name
   for n in 1 2 3; do
     if mq_running "$n"; then log "rabbit$n: up"; elif mq_alive "$n"; then log "rabbit$n: paused or booting";
     else log "rabbit$n: down"; fi
   done
-  for x in a b; do
-    if ! pg_running "$x"; then log "pg-$x: down"; continue; fi
-    if [ "$(psql_on "$x" -c 'SELECT pg_is_in_recovery()')" = f ]; then
-      log "pg-$x: primary, standbys: $(psql_on "$x" -c "SELECT coalesce(string_agg(application_name || ' ' || sync_state, ', '), 'none') FROM pg_stat_replication")"
-    else log "pg-$x: standby"; fi
-  done
+  pg_status
   for name in "${RELAY_PROCS[@]}"; do if running "$name"; then log "$name: up"; else log "$name: down"; fi; done
 }
 
@@ -377,13 +255,15 @@ node_cmd() {  # node_cmd kill|start|stop NAME
   local verb=$1 name=${2:-}
   load_state
   case $name in
+    etcd[123]) n=${name#etcd}
+      case $verb in kill) etcd_stop "$n" KILL ;; stop) etcd_stop "$n" ;; start) etcd_start "$n" ;; esac ;;
     rabbit[123]) n=${name#rabbit}
       case $verb in kill) mq_kill "$n" ;; stop) mq_stop "$n" ;; start) mq_start "$n"; mq_wait "$n" ;; esac ;;
     pg-a|pg-b) x=${name#pg-}
       case $verb in kill) pg_kill "$x" ;; stop) pg_stop "$x" ;; start) pg_start "$x" ;; esac ;;
     upstream|api1|api2|worker-a|worker-b)
       case $verb in kill) relay_stop "$name" KILL ;; stop) relay_stop "$name" ;; start) relay_start "$name" ;; esac ;;
-    *) die "unknown NAME '$name' (rabbit1..3, pg-a, pg-b, api1, api2, worker-a, worker-b, upstream)" ;;
+    *) die "unknown NAME '$name' (rabbit1..3, etcd1..3, pg-a, pg-b, api1, api2, worker-a, worker-b, upstream)" ;;
   esac
 }
 
@@ -394,8 +274,8 @@ case "${1:-}" in
   env) load_state; relay_env "${2:-1}"; echo "export RELAY_URL=http://127.0.0.1:$API1_PORT RELAY_KEY=$(cat "$C/demo-key" 2>/dev/null)"
        echo "export PATH=\"$ROOT/.venv/bin:\$PATH\"" ;;
   kill|start|stop) node_cmd "$1" "${2:-}" ;;
-  promote) load_state; pg_promote "${2#pg-}" ;;
-  rejoin) load_state; pg_standby "${2#pg-}" ;;
+  crash) load_state; pg_crash "${2#pg-}" ;;
+  primary) load_state; p=$(pg_primary); [ -n "$p" ] || die "no primary"; echo "pg-$p" ;;
   leader) load_state; mq_leader "${2:-}" ;;
   *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

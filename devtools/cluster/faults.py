@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from devtools.cluster.harness import Cluster, ClusterStack, TcpProxy, db_now
+from devtools.cluster.harness import Cluster, ClusterStack, PrimaryWatch, TcpProxy, db_now
 from devtools.processes import RelayProcess
 from devtools.stack import upstream_key
 
@@ -74,8 +74,9 @@ def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s:
 
 
 def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
-    """SIGKILL the Postgres primary and promote its synchronous standby, with two APIs and two worker groups on
-    the multi-host URL. Notes: the final states read from the primary just before, the APIs, the new primary."""
+    """SIGKILL Postgres of the primary (its Patroni lives) with two APIs and two worker groups on the multi-host
+    URL; Patroni promotes the synchronous standby, no human step. Notes: the final states read from the primary
+    just before, the APIs, the old and the new primary."""
     pace.slow(stack)
     apis = stack.start_apis(2)
     stack.start_worker(pace.threads, **cluster.broker_settings(2))
@@ -83,10 +84,53 @@ def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fau
     key, batch_id = _start(stack, pace)
     committed = {int(r["idx"]): str(r["state"]) for r in
                  stack.item_rows(batch_id, "state IN ('completed', 'discarded', 'cancelled')")}
-    _, new = cluster.fail_over()
     began = db_now(stack)
+    old, new = cluster.fail_over()
+    ended = db_now(stack)
     pace.fast(stack)
-    return Fault(batch_id, key, began, began, {"committed": committed, "apis": apis, "new_primary": new})
+    return Fault(batch_id, key, began, ended, {"committed": committed, "apis": apis, "old_primary": old,
+                                               "new_primary": new})
+
+
+def kill_standby(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
+    """SIGKILL the synchronous standby's member (Patroni and Postgres: its machine dies) while two worker groups
+    drain the batch, and keep it down until the batch is final: writes must go on without it. Notes: the standby
+    and whether it was still down when the batch was final."""
+    pace.slow(stack)
+    stack.start_worker(pace.threads, **cluster.broker_settings(2))
+    stack.start_worker(pace.threads, **cluster.broker_settings(3))
+    key, batch_id = _start(stack, pace)
+    standby = next(node for node in cluster.members() if node != cluster.primary())
+    began = db_now(stack)
+    cluster.kill(f"pg-{standby}")
+    pace.fast(stack)
+    stack.wait_finished(key, batch_id, timeout=240)
+    ended = db_now(stack)
+    down = cluster.role(standby) == "down"
+    cluster.start(f"pg-{standby}")
+    return Fault(batch_id, key, began, ended, {"standby": standby, "down_until_final": down})
+
+
+def restart_old_primary(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
+    """SIGKILL the primary's member (Patroni and Postgres: its machine dies) mid-batch, let Patroni promote the
+    standby once the dead one's leader lock expires, then start the old primary again while the batch drains,
+    with a PrimaryWatch sampling both members throughout. Notes: the old and new primary, the watch."""
+    pace.slow(stack)
+    stack.start_apis(2)
+    stack.start_worker(pace.threads, **cluster.broker_settings(2))
+    stack.start_worker(pace.threads, **cluster.broker_settings(3))
+    key, batch_id = _start(stack, pace)
+    old = cluster.primary()
+    with PrimaryWatch(cluster, stack.settings.database_url) as watch:
+        began = db_now(stack)
+        cluster.kill(f"pg-{old}")
+        new = cluster.primary(timeout=120, other_than=old)
+        cluster.start(f"pg-{old}")
+        cluster.wait_healthy()  # the old primary streams to the new one as its synchronous standby
+        pace.fast(stack)
+        stack.wait_finished(key, batch_id, timeout=240)
+        ended = db_now(stack)
+    return Fault(batch_id, key, began, ended, {"old_primary": old, "new_primary": new, "watch": watch})
 
 
 def cut_from_broker(stack: ClusterStack, cluster: Cluster, pace: Pace, cut_s: float = 10) -> Fault:

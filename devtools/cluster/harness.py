@@ -7,6 +7,7 @@ import itertools
 import os
 import selectors
 import shlex
+import signal
 import socket
 import subprocess
 import threading
@@ -80,10 +81,37 @@ class Cluster:
     def start(self, name: str) -> None:
         self.sh("start", name)
 
-    # -- Postgres ------------------------------------------------------------------------------------------
-    def primary(self) -> str:
-        """"a" or "b": the node cluster.sh made the primary."""
-        return (self.directory / "pg" / "primary").read_text().strip()
+    # -- Postgres (under Patroni) ---------------------------------------------------------------------------
+    def members(self) -> tuple[str, str]:
+        return ("a", "b")
+
+    def role(self, node: str) -> str:
+        """What Patroni's REST API of NODE says it is ("primary", "replica", ...), "down" when it does not answer."""
+        try:
+            res = requests.get(f"http://127.0.0.1:{self.state[f'PG{node.upper()}_API']}/patroni", timeout=2)
+            return str(res.json().get("role", "unknown"))
+        except (requests.RequestException, ValueError):
+            return "down"
+
+    def primary(self, timeout: float = 60, other_than: str = "") -> str:
+        """"a" or "b": the member Patroni made the primary (waits up to TIMEOUT for one, not OTHER_THAN)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for node in self.members():
+                if node != other_than and self.role(node) == "primary" and self.writable(node):
+                    return node
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no Postgres primary (other than {other_than!r}) after {timeout} s")
+            time.sleep(0.2)
+
+    def writable(self, node: str) -> bool:
+        """Whether Postgres of NODE answers and is out of recovery (it would take writes)."""
+        try:
+            with psycopg.connect(self.node_url(node), autocommit=True, connect_timeout=2) as conn:
+                row = conn.execute("SELECT NOT pg_is_in_recovery()").fetchone()
+        except psycopg.Error:
+            return False
+        return bool(row and row[0])
 
     def pg_port(self, node: str) -> int:
         return int(self.state[f"PG{node.upper()}_PORT"])
@@ -92,16 +120,29 @@ class Cluster:
         return f"postgresql://postgres@127.0.0.1:{self.pg_port(node)}/{self.database}"
 
     def fail_over(self) -> tuple[str, str]:
-        """SIGKILL the primary and promote the standby; (old primary, new primary)."""
+        """SIGKILL Postgres of the primary (its Patroni lives) and wait until Patroni has made the standby the
+        primary, with no human step; (old primary, new primary)."""
         old = self.primary()
-        new = "b" if old == "a" else "a"
-        self.kill(f"pg-{old}")
-        self.sh("promote", f"pg-{new}")
-        return old, new
+        self.sh("crash", f"pg-{old}")
+        return old, self.primary(timeout=120, other_than=old)
 
-    def rejoin(self, node: str) -> None:
-        """Rebuild NODE as the synchronous standby of the current primary."""
-        self.sh("rejoin", f"pg-{node}")
+    def freeze_manager(self, node: str, frozen: bool = True) -> None:
+        """SIGSTOP (FROZEN) or SIGCONT NODE's Patroni: its Postgres runs on, unmanaged."""
+        pid = int((self.directory / "pg" / node / "patroni.pid").read_text())
+        os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+    def wait_healthy(self, timeout: float = 180) -> None:
+        """Wait until a primary streams to one synchronous standby (after a fault, Patroni rejoins the other)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if len(self.synchronous_standbys()) == 1:
+                    return
+            except (psycopg.Error, AssertionError):
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no primary with a synchronous standby after {timeout} s")
+            time.sleep(0.5)
 
     def create_database(self, name: str) -> str:
         """Create database NAME on the primary (if missing, with the migrations); its multi-host URL."""
@@ -114,10 +155,59 @@ class Cluster:
         apply_migrations(url)
         return url
 
-    def synchronous_standbys(self) -> int:
+    def synchronous_standbys(self) -> list[str]:
+        """The application names of the primary's synchronous standbys."""
         with psycopg.connect(self.node_url(self.primary()), autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone()
-        return int(row[0]) if row else 0
+            rows = conn.execute("SELECT application_name FROM pg_stat_replication"
+                                " WHERE sync_state IN ('sync', 'quorum') ORDER BY 1").fetchall()
+        return [str(r[0]) for r in rows]
+
+
+class PrimaryWatch:
+    """Samples both Postgres members every INTERVAL_S on a thread while in use: how many would take writes (out of
+    recovery) at each sample, and the sessions of Relay's database on each member that held a transaction id (a
+    write) or ran outside recovery."""
+
+    def __init__(self, cluster: Cluster, database_url: str, interval_s: float = 0.5) -> None:
+        self.cluster, self.interval_s = cluster, interval_s
+        self.database = database_url.split("?", 1)[0].rsplit("/", 1)[1]
+        self.samples: list[dict[str, tuple[str, int]]] = []  # {"a": ("primary"|"standby"|"down", writes), ...}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="primary-watch", daemon=True)
+
+    def __enter__(self) -> PrimaryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def primaries(self) -> list[int]:
+        """The number of members out of recovery at each sample."""
+        return [sum(1 for state, _ in sample.values() if state == "primary") for sample in self.samples]
+
+    def since_down(self, node: str) -> list[tuple[str, int]]:
+        """NODE's (state, Relay sessions holding a transaction id) at each sample from the first that found it
+        down on."""
+        states = [sample[node] for sample in self.samples]
+        first = next((i for i, (state, _) in enumerate(states) if state == "down"), len(states))
+        return states[first:]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.samples.append({node: self._sample(node) for node in self.cluster.members()})
+
+    def _sample(self, node: str) -> tuple[str, int]:
+        url = f"postgresql://postgres@127.0.0.1:{self.cluster.pg_port(node)}/postgres"
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
+                row = conn.execute("SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE datname = %s AND backend_xid IS NOT NULL)", (self.database,)).fetchone()
+        except psycopg.Error:
+            return "down", 0
+        assert row is not None
+        return "standby" if row[0] else "primary", int(row[1])
 
 
 class TcpProxy:

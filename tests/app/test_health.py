@@ -27,3 +27,15 @@ def test_migrations_are_idempotent(settings) -> None:
     from app.migrate import apply_migrations
 
     assert apply_migrations(settings.database_url) == []
+
+
+def test_the_write_check_reports_a_server_that_takes_no_writes(settings) -> None:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from app.observability.health import check_writes
+
+    with psycopg.connect(settings.database_url, autocommit=True, row_factory=dict_row) as conn:
+        assert check_writes(conn) == "ok"
+        conn.execute("SET default_transaction_read_only = on")  # what a standby answers, on the primary
+        assert check_writes(conn).startswith("read-only:")

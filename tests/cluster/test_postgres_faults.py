@@ -1,28 +1,33 @@
-"""Postgres faults on the cluster: the primary killed mid-batch and its synchronous standby promoted, and a worker cut
-from Postgres while its items run."""
+"""Postgres faults on the cluster, under Patroni: the primary killed mid-batch (Patroni promotes the synchronous
+standby, no human step), the synchronous standby killed (writes go on without it), the old primary started again
+(one primary at every moment, nothing of Relay on the old one), and a worker cut from Postgres while its items run."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 import requests
 
-from devtools.cluster.faults import Pace, cut_from_database, fail_over_postgres
-from devtools.cluster.harness import Cluster, ClusterStack, finish_times, resume_after
+from devtools.cluster.faults import Pace, cut_from_database, fail_over_postgres, kill_standby, restart_old_primary
+from devtools.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap, resume_after
 
-pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+# The first test also waits for the session's cluster to start (etcd, Patroni, RabbitMQ: minutes on a loaded machine).
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture()
 def failing_over(clustered: ClusterStack, cluster: Cluster) -> Iterator[ClusterStack]:
-    """The cluster stack; afterwards the killed primary comes back as the new primary's synchronous standby."""
-    before = cluster.primary()
-    assert cluster.synchronous_standbys() == 1
+    """The cluster stack on a primary with its synchronous standby; afterwards both are back, whatever the test
+    killed (Patroni rejoins a former primary by itself; a member the test left down is started)."""
+    cluster.wait_healthy()
     yield clustered
-    if cluster.primary() != before:
-        clustered.stop_processes()
-        cluster.rejoin(before)
+    clustered.stop_processes()
+    for node in cluster.members():
+        if cluster.role(node) == "down":
+            cluster.start(f"pg-{node}")
+    cluster.wait_healthy()
 
 
 def test_the_primary_killed_mid_batch_fails_over_to_the_standby_without_losing_a_committed_outcome(
@@ -38,12 +43,76 @@ def test_the_primary_killed_mid_batch_fails_over_to_the_standby_without_losing_a
     assert states["completed"] + states["discarded"] == pace.items
     assert states["discarded"] <= 2 * pace.threads  # only items in flight at the kill may be discarded
     assert "worker_lost" not in accounting.error_codes()
-    assert cluster.primary() == fault.notes["new_primary"]
+    assert cluster.primary() == fault.notes["new_primary"] != fault.notes["old_primary"]
     assert all(proc.proc.poll() is None for proc in stack.processes)  # nothing was restarted to follow it
     for api in fault.notes["apis"]:
         assert requests.get(api.url + "/readyz", timeout=10).status_code == 200
-    print(f"failover: drain back at half rate {resume_after(finish_times(stack, fault.batch_id), fault.began):.1f} s"
-          f" after the kill; states {dict(states)}")
+    cluster.wait_healthy()  # and the old primary is back as the standby, by itself
+    assert cluster.role(fault.notes["old_primary"]) == "replica"
+    times = finish_times(stack, fault.batch_id)
+    print(f"failover: longest stall {longest_gap(times, fault.began):.1f} s, back at half rate"
+          f" {resume_after(times, fault.began):.1f} s after the kill; states {dict(states)}")
+
+
+def test_the_synchronous_standby_killed_does_not_stop_writes(failing_over: ClusterStack, cluster: Cluster) -> None:
+    stack, pace = failing_over, Pace("failover", items=600, during_ms=100, after_ms=20, warmup=100)
+    fault = kill_standby(stack, cluster, pace)
+
+    # The whole batch became final while the standby was down: commits did not wait for it.
+    assert fault.notes["down_until_final"], "the standby came back before the batch was final"
+    accounting = stack.account(fault.key, fault.batch_id, pace.scenario, pace.items, timeout=60)
+    assert accounting.states()["completed"] == pace.items  # the primary never went away: nothing discarded
+    cluster.wait_healthy()  # the returning standby is synchronous again
+    times = finish_times(stack, fault.batch_id)
+    print(f"standby killed: longest stall {longest_gap(times, fault.began):.1f} s")
+
+
+def test_readyz_answers_503_while_no_write_can_commit_and_200_once_they_can(
+        failing_over: ClusterStack, cluster: Cluster) -> None:
+    # The primary's Patroni frozen, then its synchronous standby killed: nothing drops the standby from
+    # synchronous_standby_names, so every commit waits. Patroni thawed: it drops it, and commits go through.
+    (api,) = failing_over.start_apis(1)
+    primary = cluster.primary()
+    standby = next(node for node in cluster.members() if node != primary)
+    assert requests.get(api.url + "/readyz", timeout=30).status_code == 200
+    cluster.freeze_manager(primary)
+    try:
+        cluster.kill(f"pg-{standby}")
+        res = requests.get(api.url + "/readyz", timeout=30)
+    finally:
+        cluster.freeze_manager(primary, frozen=False)
+    assert res.status_code == 503, res.text
+    assert res.json()["checks"]["postgres"].startswith("writes stuck:"), res.text
+    assert _ready_within(api.url, 60), "readyz stayed 503 after Patroni dropped the synchronous standby"
+
+
+def _ready_within(url: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if requests.get(url + "/readyz", timeout=30).status_code == 200:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_the_old_primary_started_again_rejoins_as_a_standby_and_relay_never_reaches_it(
+        failing_over: ClusterStack, cluster: Cluster) -> None:
+    stack, pace = failing_over, Pace("failover", items=1000, during_ms=100, after_ms=20, warmup=100)
+    fault = restart_old_primary(stack, cluster, pace)
+
+    watch, old = fault.notes["watch"], fault.notes["old_primary"]
+    assert watch.samples and max(watch.primaries()) == 1, f"two primaries at once: {watch.samples}"
+    after = watch.since_down(old)
+    assert after and all(state != "primary" for state, _ in after), f"the old primary took writes again: {after}"
+    assert sum(writes for _, writes in after) == 0
+    assert cluster.role(old) == "replica" and cluster.primary() == fault.notes["new_primary"]
+    accounting = stack.account(fault.key, fault.batch_id, pace.scenario, pace.items, timeout=60)
+    states = accounting.states()
+    assert states["completed"] + states["discarded"] == pace.items
+    assert states["discarded"] <= 2 * pace.threads  # only items in flight at the kill may be discarded
+    times = finish_times(stack, fault.batch_id)
+    print(f"old primary restarted: longest stall {longest_gap(times, fault.began):.1f} s (the leader lock's"
+          f" 20 s TTL); {len(watch.samples)} samples, at most {max(watch.primaries())} primary")
 
 
 def test_a_worker_cut_from_postgres_while_its_items_run_ends_each_with_one_final_state_and_one_usage_event(
