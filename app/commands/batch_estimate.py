@@ -73,7 +73,8 @@ def estimate_lines(estimate: dict[str, Any]) -> list[str]:
     lines = [f"estimate: {estimate['total']} items, shape {estimate['shape']} (nothing is stored or run yet)",
              *("  " + line for line in table(["MODEL", "ITEMS", "RUNS ON", "COST AT MOST"], rows)),
              "  " + _cost(estimate)]
-    return [*lines, *("  " + line for line in timing_lines(estimate.get("timing")))]
+    return [*lines, *("  " + line for line in timing_lines(estimate.get("timing"))),
+            *("  " + line for line in deadline_lines(estimate.get("deadline")))]
 
 
 def _where(model: dict[str, Any]) -> str:
@@ -98,8 +99,10 @@ def _cost(estimate: dict[str, Any]) -> str:
     cap = estimate.get("max_cost")
     if cap is not None:
         within = estimate.get("within_max_cost")
-        text += f"; spend cap ${cap:g}" + ("" if within is None else ": the bound stays within it" if within
-                                            else ": the cap may stop the batch (items end `budget_exceeded`)")
+        mode = estimate.get("max_cost_mode")
+        verdict = ("" if within is None else ": the bound stays within it" if within
+                   else ": the cap may stop the batch (items end `budget_exceeded`)")
+        text += f"; spend cap ${cap:g}{f' ({mode})' if mode else ''}{verdict}"
     return text
 
 
@@ -121,6 +124,20 @@ def timing_lines(timing: dict[str, Any] | None) -> list[str]:
     if timing["policy_paced"]:
         return [f"timing (your policy paces batches): {paced}", f"  (were it {unpaced})"]
     return [f"timing (your policy does not pace batches): {unpaced}", f"  (were it {paced})"]
+
+
+def deadline_lines(deadline: dict[str, Any] | None) -> list[str]:
+    """Whether every item can start within the batch's completion window under the policy's limits today (an item
+    not started by then ends discarded `expired`); nothing without a window."""
+    if deadline is None:
+        return []
+    window = f"deadline {deadline['completion_window']}"
+    if deadline["meets"]:
+        return [f"{window}: every item can start within it"]
+    last = deadline.get("last_start_seconds")
+    when = "the last would never start" if last is None else f"the last would start in about {clock(last)}"
+    return [f"{window}: WARNING: {deadline['items_late']} items would start too late and end discarded `expired`"
+            f" ({when})"]
 
 
 def needs_confirmation(estimate: dict[str, Any] | None, above: Decimal) -> bool:

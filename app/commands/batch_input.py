@@ -78,11 +78,13 @@ def read_requests(path: Path, fmt: str, shape: str | None) -> RequestsFile:
                         original=tuple(raw for _, raw in lines))
 
 
-def check_openai_options(requests: RequestsFile, max_cost: Decimal | None, completion_window: str | None) -> None:
+def check_openai_options(requests: RequestsFile, max_cost: Decimal | None, completion_window: str | None,
+                         max_cost_mode: str | None = None) -> None:
     """The OpenAI-compatible API takes neither a spend cap nor Relay's deadline (its window is 24 h)."""
     if requests.openai_endpoint is None:
         return
-    given = [name for name, value in (("--max-cost", max_cost), ("--completion-window", completion_window)) if value]
+    given = [name for name, value in (("--max-cost", max_cost), ("--max-cost-mode", max_cost_mode),
+                                      ("--completion-window", completion_window)) if value]
     if given:
         raise InvalidRequestsFile(message=f"{requests.path}: an OpenAI batch input file goes through the"
                                           f" OpenAI-compatible API, which takes no {' or '.join(given)}; give the"
@@ -94,13 +96,15 @@ def _openai_line(value: Any) -> bool:
 
 
 def build_body(lines: list[bytes], shape: str, metadata: Any, *, max_cost: Decimal | None = None,
-               completion_window: str | None = None) -> bytes:
+               completion_window: str | None = None, max_cost_mode: str | None = None) -> bytes:
     """The submit body, splicing each line's JSON as it is (no re-serialising of large files)."""
     head: dict[str, Any] = {"shape": shape}
     if metadata is not None:
         head["metadata"] = metadata
     if max_cost is not None:
         head["max_cost"] = float(max_cost)
+    if max_cost_mode is not None:
+        head["max_cost_mode"] = max_cost_mode
     if completion_window is not None:
         head["completion_window"] = completion_window
     prefix = json.dumps(head)[:-1].encode() + b', "requests": ['

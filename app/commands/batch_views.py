@@ -67,7 +67,8 @@ def batch_summary(batch: dict[str, Any]) -> list[str]:
              + (f", cancelled {when(batch['cancelled_at'])}" if batch.get("cancelled_at") else "")]
     if batch.get("pacing"):
         lines.append(f"  {pacing_text(batch['pacing'])}")
-    limits = [f"spend cap ${batch['max_cost']:g}" if batch.get("max_cost") is not None else None,
+    limits = [f"spend cap ${batch['max_cost']:g}{CAP_MODES.get(batch.get('max_cost_mode') or '', '')}"
+              if batch.get("max_cost") is not None else None,
               f"deadline {when(batch['expires_at'])} ({batch['completion_window']})" if batch.get("expires_at")
               else None,
               f"re-run of {batch['rerun_of']}" if batch.get("rerun_of") else None]
@@ -164,6 +165,10 @@ def _paced(pacing: dict[str, Any] | None) -> str:
 
 def final_count(batch: dict[str, Any]) -> int:
     return sum(batch["counts"][s] for s in FINAL_STATES)
+
+
+# How a spend cap holds (`max_cost_mode`), in the status's words (`max_cost_overshoot` says it at length).
+CAP_MODES = {"hard": " (hard: never passed)", "soft": " (soft: items in flight may pass it)"}
 
 
 def clock(seconds: float) -> str:

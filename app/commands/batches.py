@@ -33,7 +33,7 @@ from app.commands.batch_views import batch_state, batch_summary, batches_table, 
 from app.commands.batch_wait import interrupted, wait_for
 from app.commands.output import print_json
 from app.settings import ClientSettings
-from schemas.batches import FINAL_STATES
+from schemas.batches import FINAL_STATES, MAX_COST_MODES
 
 EXIT_NOT_ALL_COMPLETED = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell tool stopped by Ctrl-C
@@ -74,6 +74,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-cost", type=dollars, metavar="DOLLARS", help="the new batch's spend cap (default: the"
                                                                       " source batch's)")
     p.add_argument("--metadata", type=json.loads, help="the new batch's metadata (default: the source batch's)")
+    p.add_argument("--force", action="store_true", help="re-run the items even when a re-run of this batch already"
+                   " holds exactly them (without it, that is refused naming the existing re-run)")
     p.add_argument("--wait", action="store_true", help="show progress until every item is final, as submit --wait")
     p.set_defaults(func=cmd_rerun)
     p = _with_client(cmds.add_parser("status", help="show a batch with its counts"))
@@ -130,8 +132,12 @@ def _with_file(p: argparse.ArgumentParser) -> None:
 def _with_limits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cost", type=dollars, metavar="DOLLARS", help="a spend cap: once the batch's recorded cost"
                    " reaches it, items not started end discarded `budget_exceeded` (its models must be priced)")
+    p.add_argument("--max-cost-mode", choices=MAX_COST_MODES, help="how the spend cap holds: hard (the default)"
+                   " reserves each item's cost bound before it starts, so the cap is never passed, and an item without"
+                   " an output limit cannot run; soft lets the items in flight pass it")
     p.add_argument("--completion-window", metavar="DURATION", help="a deadline such as 2h: items not started by"
-                                                                   " then end discarded `expired`")
+                                                                   " then end discarded `expired` (the estimate says"
+                                                                   " how many would)")
 
 
 def _codes(text: str) -> list[str]:
@@ -161,9 +167,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _requests_body(args: argparse.Namespace) -> tuple[RequestsFile, bytes]:
     """The requests file, and the Relay submit body it amounts to (what the estimate is asked of)."""
     requests_file = read_requests(args.file, args.format, args.shape)
-    check_openai_options(requests_file, args.max_cost, args.completion_window)
+    check_openai_options(requests_file, args.max_cost, args.completion_window, args.max_cost_mode)
     body = build_body([text for _, text in requests_file.lines], requests_file.shape, args.metadata,
-                      max_cost=args.max_cost, completion_window=args.completion_window)
+                      max_cost=args.max_cost, completion_window=args.completion_window,
+                      max_cost_mode=args.max_cost_mode)
     return requests_file, body
 
 
@@ -231,13 +238,30 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         body["max_cost"] = float(args.max_cost)
     if args.metadata is not None:
         body["metadata"] = args.metadata
-    batch = _call(args, "POST", f"/v1/batches/{args.id}/rerun", params={"format": "relay"}, json=body)
+    if args.force:
+        body["force"] = True
+    try:
+        batch = _call(args, "POST", f"/v1/batches/{args.id}/rerun", params={"format": "relay"}, json=body)
+    except ApiError as exc:
+        raise rerun_exists_hint(exc, args.id) from None
     if args.wait or args.json:
         print(batch["id"])
         return follow(args, batch, "re-running")
     print("\n".join(batch_summary(batch)))
     print(f"re-running {batch['total']} items; follow with: relay batches status {batch['id']}", file=sys.stderr)
     return 0
+
+
+def rerun_exists_hint(exc: ApiError, source: str) -> ApiError:
+    """A 409 rerun_exists told in the CLI's words: the existing re-run (its `details.rerun_id`), the command to see
+    it, and --force (the API's message speaks of the body's `"force": true`)."""
+    details = exc.details if isinstance(exc.details, dict) else {}
+    rerun_id = details.get("rerun_id")
+    if exc.code != "rerun_exists" or not rerun_id:
+        return exc
+    message = (f"batch {source} already has a re-run of these {details.get('items', '')} items: {rerun_id}; see it"
+               f" with `relay batches status {rerun_id}`, or pass --force to run them again")
+    return ApiError(message, code=exc.code, details=details, status=exc.status)
 
 
 def by_file_line(exc: ApiError, path: Path, numbers: Sequence[int]) -> ApiError:

@@ -121,8 +121,10 @@ function timings(batch) {
 
 function cost(batch) {
   const cap = batch.max_cost === null || batch.max_cost === undefined ? null
-    : h("p", { id: "batch-cap" }, `Spend cap ${usd(batch.max_cost)}: once reached, items not started end discarded`
-      + " budget_exceeded.");
+    : h("p", { id: "batch-cap" }, `Spend cap ${usd(batch.max_cost)} (${batch.max_cost_mode}): once reached, items `
+      + "not started end discarded budget_exceeded.", batch.max_cost_overshoot
+      ? h("span", { class: "muted small", id: "batch-cap-overshoot" }, ` Past the cap: ${batch.max_cost_overshoot}.`)
+      : null);
   return [spent(batch), cap];
 }
 

@@ -1,6 +1,7 @@
 // The estimate of a batch before it is submitted (`POST /v1/batches/estimate`): items per model and where they
 // would run, an upper bound of cost against the spend cap, and how long the batch takes under the policy's rate
-// limits today, paced (at its batch share) or not (how many items the current windows would discard rate_limited).
+// limits today, paced (at its batch share) or not (how many items the current windows would discard rate_limited),
+// and whether the items can all start within the deadline (completion_window).
 import { h, replace, table, usd } from "./ui.js";
 
 export function showEstimate(region, estimate) {
@@ -14,6 +15,7 @@ export function showEstimate(region, estimate) {
     capText(estimate),
     table(["Model", "Items", "Runs on", "Cost at most"], rows, "The batch's items by model"),
     timing(estimate.timing),
+    deadline(estimate.deadline, estimate.total),
     h("p", { class: "muted small" }, "Nothing is stored or run until you press Submit. The bound counts a token per "
       + "request byte and each item's output limit (or its model's)."));
 }
@@ -49,6 +51,20 @@ function clock(seconds) {
   const s = Math.round(seconds);
   const parts = [[Math.floor(s / 3600), "h"], [Math.floor((s % 3600) / 60), "m"], [s % 60, "s"]];
   return parts.filter(([n], i) => n || i === 2).map(([n, unit]) => `${n}${unit}`).join(" ");
+}
+
+// Whether every item can start within the batch's completion_window under the policy's limits today (an item not
+// started by then ends discarded expired): a warning with how many would be late and when the last would start.
+function deadline(d, total) {
+  if (!d) return null;
+  if (d.meets) {
+    return h("p", { id: "estimate-deadline" }, `Deadline ${d.completion_window}: every item can start within it.`);
+  }
+  const last = d.last_start_seconds === null ? "the last would never start"
+    : `the last would start in about ${clock(d.last_start_seconds)}`;
+  return h("p", { id: "estimate-deadline", class: "warning", role: "alert" }, h("strong", {}, "Deadline "
+    + `${d.completion_window}: `), `${d.items_late} of ${total} item${total === 1 ? "" : "s"} would start too late `
+    + `and end discarded expired (${last}). A longer deadline, or a policy with more room, lets them run.`);
 }
 
 // The policy's own way first (paced or not), the other way below it.

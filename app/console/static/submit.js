@@ -37,6 +37,10 @@ export function submitView(main, route, session) {
       + "once the batch's recorded cost reaches it, items not started yet end discarded budget_exceeded)"),
     h("input", { type: "number", id: "max-cost", name: "max_cost", min: "0", step: "any", inputmode: "decimal",
       placeholder: "no cap" })),
+    h("div", { class: "field" }, h("label", { for: "deadline" }, "Deadline (optional; Relay's format: a duration such "
+      + "as 30m or 2h; items not started by then end discarded expired, and the estimate says how many would)"),
+    h("input", { type: "text", id: "deadline", name: "completion_window", autocomplete: "off",
+      placeholder: "no deadline" })),
     estimate,
     h("button", { type: "submit", class: "button primary" }, "Submit batch"));
   form.addEventListener("submit", (event) => {
@@ -48,7 +52,7 @@ export function submitView(main, route, session) {
     window.clearTimeout(timer);
     timer = window.setTimeout(() => estimateForm(form, estimate), ESTIMATE_DELAY_MS);
   };
-  for (const name of ["file", "shape", "metadata", "max_cost"]) {
+  for (const name of ["file", "shape", "metadata", "max_cost", "completion_window"]) {
     form.elements[name].addEventListener("change", later);
     form.elements[name].addEventListener("input", later);
   }
@@ -62,7 +66,7 @@ export function submitView(main, route, session) {
   return () => {};
 }
 
-// What the form asks for, read and checked: { file, lines, metadata, rawMetadata, maxCost, openai }, or
+// What the form asks for, read and checked: { file, lines, metadata, rawMetadata, maxCost, window, openai }, or
 // { problem: errorBox } when it cannot be sent as it is.
 async function readForm(form) {
   const file = form.elements.file.files[0];
@@ -87,13 +91,19 @@ async function readForm(form) {
   if (maxCost !== null && !(Number.isFinite(maxCost) && maxCost > 0)) {
     return { problem: errorBox({ code: "invalid_max_cost", message: "the spend cap is an amount of dollars above 0" }) };
   }
+  const window = form.elements.completion_window.value.trim() || null;
   const openai = isOpenAIFile(lines);
   if (openai && maxCost !== null) {
     return { problem: errorBox({ code: "max_cost_not_supported", message: "a spend cap is for Relay's format: an "
       + "OpenAI batch input file goes through the OpenAI-compatible API, which has none (empty the spend cap, or "
       + "submit the bodies in Relay's format)" }) };
   }
-  return { file, lines, metadata, rawMetadata, maxCost, openai };
+  if (openai && window !== null) {
+    return { problem: errorBox({ code: "completion_window_not_supported", message: "a deadline is for Relay's "
+      + "format: an OpenAI batch input file goes through the OpenAI-compatible API, whose window is 24h (empty the "
+      + "deadline, or submit the bodies in Relay's format)" }) };
+  }
+  return { file, lines, metadata, rawMetadata, maxCost, window, openai };
 }
 
 // The estimate of what the form would submit (`POST /v1/batches/estimate`), shown above the submit button; a newer
@@ -109,8 +119,7 @@ async function estimateForm(form, region) {
     replace(region, h("h2", { id: "estimate-h" }, "Estimate"), read.problem);
     return;
   }
-  const body = read.openai ? openaiAsRelay(read.lines) : relayBody(read.lines, form.elements.shape.value,
-    read.rawMetadata, read.maxCost);
+  const body = read.openai ? openaiAsRelay(read.lines) : relayBody(read.lines, form.elements.shape.value, read);
   if (!body) {
     replace(region, h("h2", { id: "estimate-h" }, "Estimate"), h("p", {}, "No estimate: the file's lines name more "
       + "than one endpoint (see the error when you submit)."));
@@ -137,14 +146,14 @@ async function send(form, result) {
     return;
   }
   if (read.openai) await sendOpenAI(read.file, read.lines, read.metadata, result);
-  else await sendRelay(read.lines, relayBody(read.lines, form.elements.shape.value, read.rawMetadata, read.maxCost),
-    result);
+  else await sendRelay(read.lines, relayBody(read.lines, form.elements.shape.value, read), result);
 }
 
-// Relay's submit body: the lines spliced into it as they are.
-function relayBody(lines, shape, rawMetadata, maxCost) {
+// Relay's submit body: the lines spliced into it as they are, after the form's options.
+function relayBody(lines, shape, { rawMetadata, maxCost, window }) {
   return `{"shape": ${JSON.stringify(shape)}, ${rawMetadata ? `"metadata": ${rawMetadata}, ` : ""}`
-    + `${maxCost !== null ? `"max_cost": ${JSON.stringify(maxCost)}, ` : ""}"requests": [`
+    + `${maxCost !== null ? `"max_cost": ${JSON.stringify(maxCost)}, ` : ""}`
+    + `${window !== null ? `"completion_window": ${JSON.stringify(window)}, ` : ""}"requests": [`
     + `${lines.map((l) => l.text).join(",")}]}`;
 }
 
