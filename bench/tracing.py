@@ -40,9 +40,10 @@ def tracing(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
 def _measure(env: BenchEnv, sizes: Sizes, results: Results, mode: str, body: bytes, items: list[bytes],
              receiver: ReceiverProcess) -> None:
     env.stop_workers()
-    direct = (f"{env.upstream.url}/v1/chat/completions", KEYS["fast"])
-    live.measure_gateway(results, f"live, tracing {mode}", (f"{env.api_url}/v1/chat/completions", env.keys["real"]),
-                         direct, json.dumps(item_body(0)).encode(), sizes, live.REAL_TARGETS)
+    direct = live.Target(f"{env.upstream.url}/v1/chat/completions", KEYS["fast"])
+    live.measure_gateway(results, f"live, tracing {mode}",
+                         live.Target(f"{env.api_url}/v1/chat/completions", env.keys["real"]), direct,
+                         json.dumps(item_body(0)).encode(), sizes, live.REAL_TARGETS)
     env.start_workers(*sizes.drain_workers)
     receiver.clear()
     drain_once(env, sizes, results, "real", body, items, scenario=f"drain, tracing {mode}")

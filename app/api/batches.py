@@ -215,7 +215,7 @@ def _openai_named(batch_id: str, requested: str | None) -> bool:
 @blp.route("/<batch_id>/webhooks", methods=["GET"])
 @blp.doc(summary="The webhook deliveries of your batch's events: each destination's state and every attempt"
                  " (time, status, latency, error)", security=SECURITY)
-@error_answers(blp, 401, 404)
+@error_answers(blp, 401, 404, schema=ShapedErrorSchema)
 @blp.response(200, BatchDeliveriesSchema)
 def webhooks(batch_id: str) -> ResponseReturnValue:
     row = service.find_batch(_runtime(), request_caller(), batch_id)  # 404 for anyone but its submitter

@@ -38,6 +38,8 @@ def batch_catalog(upstream_url: str) -> dict[str, Any]:
             _policy("failing", ["oa-fail"]),
             _policy("hanging", ["oa-hang"]),
             _policy("limited", ["oa-ok"], rate_limits=[{"requests": 1, "per": "1h"}]),
+            # the same limit for the contract tests' 429: a window of its own, so the test above's stays unspent
+            _policy("limited-contract", ["oa-ok"], rate_limits=[{"requests": 1, "per": "1h"}]),
             _policy("narrow", ["oa-ok"], models=["gpt-*"]),
             _policy("to-disable", ["oa-ok"]),
             _policy("to-delete", ["oa-ok"]),

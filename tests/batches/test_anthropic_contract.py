@@ -100,7 +100,7 @@ def test_the_live_messages_route_answers_as_anthropics_types_with_its_header_nam
     check.anthropic("MessageBatchList", {**models, "data": []})  # the same page envelope as the batches' list
     assert models["data"] and all(check.anthropic("ModelInfo", model) for model in models["data"])
     _error(api.call("POST", "/messages", json=message("hello", model="no-such-model")), 404, "not_found_error")
-    limited = Api(relay_api.url + "/anthropic/v1", make_key("limited")["key"], anthropic=True)
+    limited = Api(relay_api.url + "/anthropic/v1", make_key("limited-contract")["key"], anthropic=True)
     answers = [limited.call("POST", "/messages", json=message("hello")) for _ in range(2)]  # 1 request an hour
     refused = answers[-1]
     _error(refused, 429, "rate_limit_error")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "item-errors.md"
 # The modules whose errors a batch item can end with (the pipeline's refusals, the credential and policy rechecks).
 RAISERS = ("app.pipeline.routing", "app.pipeline.calls", "app.pipeline.plan", "app.pipeline.ratelimit",
-           "app.credentials.errors", "adapters.errors", "app.payloads")
+           "app.credentials.errors", "adapters.errors", "app.payload_port")
 
 
 def table_rows(text: str) -> dict[str, tuple[str, str]]:

@@ -88,4 +88,8 @@ def test_a_worker_frozen_while_it_leads_the_dispatcher_does_not_stall_the_others
         os.kill(frozen, signal.SIGCONT)
     assert during >= 200, f"only {during} items became final in {FROZEN_S:.0f}s while one worker was frozen"
     accounting = stack.account(key, batch_id, "freeze", ITEMS, timeout=180)
-    assert set(accounting.error_codes()) <= {"worker_lost"}  # the frozen worker's running items, at most
+    # The frozen worker's running items, at most: it keeps them while its session lives (a pause is not a death),
+    # and those it holds past the item time limit end `time_limit_exceeded` when it resumes (or `worker_lost`, should
+    # Postgres end its session meanwhile).
+    codes = accounting.error_codes()
+    assert set(codes) <= {"worker_lost", "time_limit_exceeded"} and sum(codes.values()) <= THREADS, codes

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 ROUTES = [("GET", "/v1/batches/{id}"), ("GET", "/v1/batches/{id}/results"), ("POST", "/v1/batches/{id}/cancel"),
           ("DELETE", "/v1/batches/{id}")]
-VARYING_HEADERS = {"x-request-id", "date"}
+VARYING_HEADERS = {"x-request-id", "request-id", "date"}  # request-id: the same id, named as the SDKs read it
 
 
 @pytest.fixture(scope="module")
