@@ -11,7 +11,8 @@ from pathlib import Path
 
 import psycopg
 
-from devtools.processes import ROOT, free_port
+from devtools.cluster.ports import reserve
+from devtools.processes import ROOT
 
 MQ_BIN = Path("/usr/lib/rabbitmq/bin")
 
@@ -35,10 +36,10 @@ class PrivateServices:
 
     @classmethod
     def allocate(cls, directory: Path) -> PrivateServices:
-        ports: set[int] = set()
-        while len(ports) < 4:
-            ports.add(free_port())
-        pg, mq, ui, dist = sorted(ports)
+        """Ports below the kernel's ephemeral range, claimed for DIRECTORY: a stopped RabbitMQ or Postgres gets its
+        ports back on restart (a port found free in the ephemeral range could be taken meanwhile by any outgoing
+        connection, and the restart failed on exactly that)."""
+        pg, mq, ui, dist = reserve(4, directory)
         return cls(directory=directory, pg_port=pg, mq_port=mq, mq_ui_port=ui, mq_dist_port=dist)
 
     @property
