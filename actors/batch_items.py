@@ -11,8 +11,9 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from actors.boot import worker_context
 from actors.broker import get_broker
+from actors.publisher import ITEM_ACTOR, TRACE_OPTION
 from app.batches import outcomes
-from app.batches.dispatch import ITEM_ACTOR, MAX_GROUP, TRACE_OPTION
+from app.batches.dispatch import MAX_GROUP
 from app.batches.finals import finalize_by_key
 from app.batches.messages import run_items
 from app.settings import Settings

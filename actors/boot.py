@@ -13,6 +13,7 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 from actors.delivery_worker import is_delivery_worker
+from actors.publisher import RabbitPublisher
 from app.batches import outbox
 from app.batches.dispatch import Dispatcher
 from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
@@ -49,7 +50,8 @@ class BatchWorkerBoot(Middleware):
             return
         settings = Settings.from_env()
         ctx = _state["ctx"] = build_context(settings, threads=worker.worker_threads)
-        dispatcher = Dispatcher(ctx.runtime, item_seconds=lambda: ctx.item_seconds)
+        publisher = RabbitPublisher(settings.broker_urls, settings.queue_name)  # the dispatcher's thread's own
+        dispatcher = Dispatcher(ctx.runtime, publisher, item_seconds=lambda: ctx.item_seconds)
         ctx.finished.append(dispatcher.item_finished)
         beats = Heartbeat(ctx)
         heartbeat = Periodic("relay-heartbeat", settings.worker_heartbeat_s, beats, on_stop=beats.close)

@@ -1,4 +1,5 @@
-"""The outbox pump: publishes committed-but-unpublished items to RabbitMQ, a few items of one batch per message,
+"""The outbox pump: publishes committed-but-unpublished items through this process's publisher (app/batches/
+publisher.py; RabbitMQ in a worker: actors/publisher.py), a few items of one batch per message,
 keeping what is published but not final within a window sized from the workers' live concurrency. It runs as a
 thread in every worker process (one publishes at a time, under an advisory lock), woken by NOTIFY on submit and by
 local items finishing, and polling every second, so an API that died right after committing a batch loses nothing.
@@ -20,23 +21,18 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
-from uuid import UUID
-
-import dramatiq
-import pika
-from pika.adapters.blocking_connection import BlockingChannel
 
 from app.access.cache import get_catalog
 from app.batches import outbox, pacing
+from app.batches.publisher import Publisher
 from app.batches.scheduler import PacedShares, Publication, plan_pass
 from app.pipeline.ratelimit import get_limiter
 from app.runtime import Runtime
 
 log = logging.getLogger("relay.batches.dispatch")
 
-ITEM_ACTOR = "run_batch_items"  # the actor (in actors/batch_items.py) that takes (batch_id, [idx, ...])
 DISPATCH_LOCK = 0x5E1A7B01  # advisory lock: one publishing dispatcher at a time
 MAX_GROUP = 8  # items per message at most
 MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
@@ -49,43 +45,20 @@ RECOVER_EVERY_S = 2.0  # how often the leader looks for such items
 SILENT_FORGET_S = 600.0  # a worker silent longer than this is gone, and RabbitMQ gave its messages back long ago
 
 
-TRACE_OPTION = "relay_trace"  # the message option carrying the submit's traceparent to the item actor
-
-
-def encode_items(queue: str, batch_id: UUID, idxs: Sequence[int], trace: str | None = None) -> bytes:
-    """The message body for some items of one batch, as Dramatiq encodes a call of the item actor (with the
-    submit's trace context in its options, when it has one)."""
-    return dramatiq.Message(queue_name=queue, actor_name=ITEM_ACTOR, args=(str(batch_id), list(idxs)), kwargs={},
-                            options={TRACE_OPTION: trace} if trace else {}).encode()
-
-
-BROKER_HEARTBEAT_S = 10  # the publishing connection notices a silent node (a partition) within about this long
-BROKER_BLOCKED_S = 10  # and gives up on a publish a broker alarm blocks
-
-
-def _parameters(url: str) -> pika.URLParameters:
-    """Connection parameters of one node (the nodes are tried in order, RELAY_BROKER_URL first)."""
-    params = pika.URLParameters(url)
-    params.heartbeat = BROKER_HEARTBEAT_S
-    params.blocked_connection_timeout = BROKER_BLOCKED_S
-    params.socket_timeout = 5
-    return params
-
 
 class Dispatcher:
-    """A daemon thread that pumps the outbox; `wake()` makes it look now."""
+    """A daemon thread that pumps the outbox into PUBLISHER (this process's, used by this thread only); `wake()`
+    makes it look now."""
 
-    def __init__(self, runtime: Runtime, *, item_seconds: Callable[[], float] = lambda: 0.0,
+    def __init__(self, runtime: Runtime, publisher: Publisher, *, item_seconds: Callable[[], float] = lambda: 0.0,
                  poll_s: float = 1.0) -> None:
         self.runtime = runtime
         self._item_seconds = item_seconds  # how long an item takes here lately (wall time)
-        self.queue = runtime.settings.queue_name
+        self.publisher = publisher
         self.max_window = runtime.settings.dispatch_window
         self._poll_s = poll_s
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._conn: pika.BlockingConnection | None = None
-        self._channel: BlockingChannel | None = None
         self._thread = threading.Thread(target=self._run, name="relay-dispatcher", daemon=True)
         self._passes = 0
         self._starts = pacing.StartBudget()  # paced policies' items published at their share's rate
@@ -120,12 +93,12 @@ class Dispatcher:
             try:
                 self._cycle()
                 backoff = 0.5
-            except Exception as exc:  # broker or database trouble: drop the channel, retry with backoff
+            except Exception as exc:  # broker or database trouble: drop the connection, retry with backoff
                 log.warning("dispatcher: %s: %s (retrying in %.1fs)", type(exc).__name__, exc, backoff)
-                self._close()
+                self.publisher.close()
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
-        self._close()
+        self.publisher.close()
 
     def _cycle(self) -> None:
         """Publish until the outbox is empty or the window is full, then sleep until woken or the poll."""
@@ -135,8 +108,7 @@ class Dispatcher:
         if time.monotonic() >= self._next_recovery:
             self._next_recovery = time.monotonic() + RECOVER_EVERY_S
             self.recover_lost_messages()
-        if self._conn is not None:
-            self._conn.process_data_events(time_limit=0)  # keep the AMQP heartbeat answered
+        self.publisher.idle()  # e.g. keep the AMQP heartbeat answered
         self._wake.wait(self._poll_s)
         self._wake.clear()
         self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
@@ -182,7 +154,7 @@ class Dispatcher:
                 self._window_full = True
                 return 0
             messages, cursors = plan_pass(batches, room, group, flying)
-            self._publish(messages)
+            self.publisher.publish(messages)
             outbox.advance(conn, cursors)
         published = sum(len(m.idxs) for m in messages)
         # The window, not the backlog, stopped this pass: items finishing here must wake the next one (the poll
@@ -223,8 +195,7 @@ class Dispatcher:
         a worker process is silent (stopped, paused, or dead and not yet noticed by RabbitMQ), those published
         SILENT_PREFETCH_AGE_S ago: its prefetch may hold them, and another worker runs them within seconds instead of
         after the broker's heartbeat (the claim makes the copy that comes second a no-op)."""
-        channel = self._open()
-        if channel.queue_declare(queue=self.queue, passive=True).method.message_count:
+        if self.publisher.depth():
             return
         settings = self.runtime.settings
         with self.runtime.pool.connection() as conn, conn.transaction():
@@ -235,34 +206,5 @@ class Dispatcher:
             if keys:
                 log.warning("dispatcher: publishing again %d queued item(s) whose messages were lost%s", len(keys),
                             f" or are held by {silent} silent worker(s)" if silent else "")
-                self._publish([Publication(b, (i,)) for b, i in keys])
+                self.publisher.publish([Publication(b, (i,)) for b, i in keys])
                 outbox.touch_published(conn, sorted({b for b, _ in keys}))
-
-    def _publish(self, messages: Sequence[Publication]) -> None:
-        """Publish persistent messages in one RabbitMQ transaction."""
-        channel = self._open()
-        channel.queue_declare(queue=self.queue, passive=True)  # never publish into a missing queue (dropped)
-        for message in messages:
-            properties = pika.BasicProperties(delivery_mode=2, headers={"relay-policy": message.policy,
-                                                                        "relay-batch": str(message.batch_id)})
-            channel.basic_publish("", self.queue, encode_items(self.queue, message.batch_id, message.idxs,
-                                                               message.trace), properties)
-        channel.tx_commit()
-
-    def _open(self) -> BlockingChannel:
-        if self._channel is None or not self._channel.is_open:
-            self._close()
-            self._conn = pika.BlockingConnection([_parameters(url) for url in self.runtime.settings.broker_urls])
-            self._channel = self._conn.channel()
-            self._channel.tx_select()
-        return self._channel
-
-    def _close(self) -> None:
-        conn, self._conn, self._channel = self._conn, None, None
-        if conn is not None and conn.is_open:
-            try:
-                conn.close()
-            except Exception:  # already broken; nothing to release
-                log.debug("dispatcher: closing a broken connection", exc_info=True)
-
-

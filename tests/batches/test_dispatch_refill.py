@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from actors.broker import RelayBroker
+from actors.publisher import RabbitPublisher
 from app.batches.dispatch import Dispatcher
 from tests.batches.helpers import CHAT, submit, wait_for
 
@@ -30,7 +31,8 @@ def test_items_finishing_after_a_pass_that_filled_the_window_wake_the_next_pass(
         conn.execute("DELETE FROM workers")
         conn.execute("INSERT INTO workers (id, hostname, pid, threads) VALUES ('refill-test', %s, 1, 2)",
                      (socket.gethostname(),))
-    dispatcher = Dispatcher(runtime, item_seconds=lambda: 1.0, poll_s=300)  # slow items: one a message
+    dispatcher = Dispatcher(runtime, RabbitPublisher(runtime.settings.broker_urls, runtime.settings.queue_name),
+                            item_seconds=lambda: 1.0, poll_s=300)  # slow items: one a message
     dispatcher.start()
     try:
         wait_for(lambda: _published(runtime, batch_id) == 3, 10, "the first window published")

@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from app.batches.dispatch import Dispatcher, Publication, plan_pass
+from app.batches.publisher import InProcessPublisher
 from app.batches.scheduler import PacedShares
 
 
@@ -75,15 +76,15 @@ def test_items_are_grouped_only_when_they_are_fast_and_the_backlog_is_deep() -> 
             queue_name = "q"
             dispatch_window = 100_000
 
-    fast = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.002)  # type: ignore[arg-type]
-    slow = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.3)  # type: ignore[arg-type]
+    fast = Dispatcher(FakeRuntime(), InProcessPublisher(), item_seconds=lambda: 0.002)  # type: ignore[arg-type]
+    slow = Dispatcher(FakeRuntime(), InProcessPublisher(), item_seconds=lambda: 0.3)  # type: ignore[arg-type]
     assert fast.window(threads=32, backlog=20_000, processes=2) == (2 * 32 * 8 + 32, 8)
     assert fast._refill == (2 * 32 * 8 + 32) // (6 * 2)  # a sixth of the window, seen from one of two processes
     assert fast.window(threads=32, backlog=50) == (2 * 32 + 32, 1)  # a small backlog: one item a message
     # Slow items: one a message, and queued behind the running ones only LEAD_S of work: 0.1 / 0.3 of 2 * 32.
     assert slow.window(threads=32, backlog=20_000, processes=2) == (32 + 22, 1)
     assert slow._refill == min(54 // (6 * 2), 22 // (2 * 2))  # a sixth of the window, at most half the lead
-    unknown = Dispatcher(FakeRuntime(), item_seconds=lambda: 0.0)  # type: ignore[arg-type]
+    unknown = Dispatcher(FakeRuntime(), InProcessPublisher(), item_seconds=lambda: 0.0)  # type: ignore[arg-type]
     assert unknown.window(threads=32, backlog=20_000) == (2 * 32 + 32, 1)  # nothing finished yet: not grouped
 
 

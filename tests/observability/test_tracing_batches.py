@@ -15,7 +15,7 @@ import dramatiq
 import pika
 import pytest
 
-from app.batches.dispatch import TRACE_OPTION, encode_items
+from actors.publisher import TRACE_OPTION, encode_items
 from app.runtime import Runtime
 from devtools.otlp_receiver import ReceivedSpan
 from devtools.processes import RelayProcess, start_workers
