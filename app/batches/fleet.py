@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.batches import store
-from app.observability.scrape import queue_counts
+from app.queue_backends import queue_probe
 from app.runtime import Runtime
 
 
@@ -19,7 +19,7 @@ def fleet_status(runtime: Runtime) -> dict[str, Any]:
     with runtime.pool.connection() as conn:
         workers = store.list_workers(conn, settings.worker_lost_after_s)
         waiting = store.waiting_items(conn)
-    counts = queue_counts(settings.broker_urls, settings.queue_name)
+    counts = queue_probe(runtime).depth()
     return {
         "workers": [{**row, "running": int(row["running"])} for row in workers],
         "alive": sum(1 for row in workers if row["alive"]),

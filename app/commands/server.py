@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from app.db import check_database
 from app.errors import BrokerUnavailable
 from app.migrate import apply_migrations
-from app.observability.health import check_rabbitmq
+from app.queue_backends import open_queue_probe
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 def preflight(settings: Settings) -> None:
     """Check Postgres and RabbitMQ once at start; one clear line if either is unreachable."""
     check_database(settings.database_url)
-    status = check_rabbitmq(settings.broker_urls)
+    status = open_queue_probe(settings).check()
     if status != "ok":
         from urllib.parse import urlsplit
 

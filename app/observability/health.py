@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
-import pika
 import psycopg
 
 from app.db import autocommit
+from app.queue_backends import queue_probe
 from app.runtime import Runtime
 
 
 def check_readiness(runtime: Runtime) -> dict[str, str]:
     """Return {"postgres": "ok"|reason, "rabbitmq": "ok"|reason}."""
-    return {"postgres": _check_postgres(runtime), "rabbitmq": check_rabbitmq(runtime.settings.broker_urls)}
+    return {"postgres": _check_postgres(runtime), "rabbitmq": queue_probe(runtime).check()}
 
 
 WRITE_WAIT_S = 2.0  # a probe commit waiting longer than this for synchronous replication: writes are stuck
@@ -64,21 +62,3 @@ def check_writes(conn: psycopg.Connection[Any]) -> str:
         return f"writes stuck: a commit waited {waited:.1f} s for a synchronous standby"
     return "ok"
 
-
-def check_rabbitmq(broker_urls: Sequence[str]) -> str:
-    """Open and close one AMQP connection to the first of BROKER_URLS that answers; "ok" or why none did."""
-    params = [pika.URLParameters(url) for url in broker_urls]
-    for each in params:
-        each.socket_timeout = 3
-        each.connection_attempts = 1
-        each.blocked_connection_timeout = 3
-    pika_log = logging.getLogger("pika")
-    level = pika_log.level
-    pika_log.setLevel(logging.CRITICAL)  # the reason is returned; pika's own multi-line error logs add nothing
-    try:
-        pika.BlockingConnection(params).close()
-        return "ok"
-    except Exception as exc:  # pika raises many unrelated classes for "cannot connect"
-        return f"unreachable: {type(exc).__name__}"
-    finally:
-        pika_log.setLevel(level)

@@ -8,20 +8,19 @@ not sum(). A scrape never fails because a dependency is down: the `*_up` gauges 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from app.queue_backends import queue_probe
 from app.runtime import Runtime
-from app.webhooks.store import pending_stats
 from schemas.batches import ITEM_STATES
 
 log = logging.getLogger("relay.metrics")
 BREAKER_STATES = ("closed", "open", "half_open")
 DB_TIMEOUT_S = 2.0
-BROKER_TIMEOUT_S = 1.0
 
 # From the progress counters, never a scan of the items: queued = every batch's total less what is counted.
 _ITEMS_BY_STATE = """SELECT coalesce(sum(running), 0) AS running, coalesce(sum(completed), 0) AS completed,
@@ -36,6 +35,10 @@ _BACKLOG = """SELECT p.name AS policy, bool_or(p.batch_pace) AS paced, sum(b.tot
   LEFT JOIN LATERAL (SELECT sum(completed + discarded + cancelled) AS final, sum(running) AS running
                      FROM batch_progress WHERE batch_id = b.id) g ON true
   WHERE b.finished_at IS NULL GROUP BY p.name ORDER BY p.name"""
+# How many webhook deliveries are pending, and the age in seconds of the oldest one's event (0 when none).
+_WEBHOOKS_PENDING = """SELECT count(*) AS pending,
+  coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_s
+  FROM webhook_deliveries WHERE state = 'pending'"""
 _BREAKERS = """SELECT h.name AS host, k.name AS host_key, coalesce(kh.consecutive_failures, 0) AS failures,
   kh.opened_until FROM host_keys k JOIN hosts h ON h.id = k.host_id
   LEFT JOIN key_health kh ON kh.host_key_id = k.id ORDER BY h.name, k.name"""
@@ -59,7 +62,7 @@ class StateCollector:
                 items = {state: int(n) for state, n in _rows(conn, _ITEMS_BY_STATE)[0].items()}
                 backlog = _rows(conn, _BACKLOG)
                 breakers = _rows(conn, _BREAKERS)
-                webhooks = pending_stats(conn)
+                webhooks = _rows(conn, _WEBHOOKS_PENDING)[0]
         except Exception as exc:  # any failure: report the database as down, never fail the scrape
             log.warning("metrics: cannot read Postgres (%s)", type(exc).__name__)
             up.add_metric([], 0)
@@ -79,7 +82,7 @@ class StateCollector:
                                   labels=["queue"])
         consumers = GaugeMetricFamily("relay_queue_consumers", "Consumers (worker processes) on the item queue",
                                       labels=["queue"])
-        counts = queue_counts(settings.broker_urls, settings.queue_name)
+        counts = queue_probe(self._runtime).depth()
         up.add_metric([], 0 if counts is None else 1)
         yield up
         if counts is not None:
@@ -153,37 +156,3 @@ def _breaker_state(opened_until: datetime | None, now: datetime) -> str:
         return "closed"
     return "open" if opened_until > now else "half_open"
 
-
-def queue_counts(broker_urls: Sequence[str], queue: str) -> tuple[int, int] | None:
-    """(messages, consumers) of QUEUE by a passive declare on the first of BROKER_URLS that answers; None when
-    RabbitMQ or the queue cannot be reached."""
-    import pika
-    import pika.exceptions
-
-    params = [pika.URLParameters(url) for url in broker_urls]
-    for each in params:
-        each.socket_timeout = BROKER_TIMEOUT_S
-        each.stack_timeout = BROKER_TIMEOUT_S * 2
-        each.blocked_connection_timeout = BROKER_TIMEOUT_S
-        each.connection_attempts = 1
-    try:
-        conn = pika.BlockingConnection(params)
-    except Exception as exc:  # pika raises many unrelated classes for "cannot connect"
-        log.warning("metrics: cannot reach RabbitMQ (%s)", type(exc).__name__)
-        return None
-    try:
-        ok = conn.channel().queue_declare(queue=queue, passive=True).method
-        return int(ok.message_count), int(ok.consumer_count)
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        if exc.reply_code == 404:  # nobody declared the queue yet: nothing is waiting
-            return 0, 0
-        log.info("metrics: queue %s not readable (%s)", queue, exc.reply_code)
-        return None
-    except Exception as exc:  # the broker went away mid-call
-        log.info("metrics: queue %s not readable (%s)", queue, type(exc).__name__)
-        return None
-    finally:
-        try:
-            conn.close()
-        except Exception:  # already closed by the broker
-            log.debug("metrics: RabbitMQ connection already closed")

@@ -198,14 +198,6 @@ def resend(conn: Conn, delivery_id: UUID) -> bool:
                         (delivery_id,)).rowcount == 1
 
 
-def pending_stats(conn: Conn) -> Row:
-    """How many deliveries are pending, and the age in seconds of the oldest one's event (0 when none)."""
-    row = conn.execute("SELECT count(*) AS pending, coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8"
-                       " AS oldest_s FROM webhook_deliveries WHERE state = 'pending'").fetchone()
-    assert row is not None
-    return row  # type: ignore[no-any-return]
-
-
 def batch_trace_context(conn: Conn, delivery_id: UUID) -> str | None:
     """The traceparent of the submit of the batch whose event DELIVERY_ID delivers (None: untraced, or deleted)."""
     row = conn.execute("SELECT b.trace_context FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id"
