@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from app.host_rules import HostRules
 from app.queues import QUEUE_TYPES
 
 PAYLOAD_BACKENDS = ("folder", "s3")
@@ -115,8 +116,6 @@ class Settings:
         self._validate_payload_backend()
         if self.webhook_retry_max_s < self.webhook_retry_min_s:
             raise SettingsError("RELAY_WEBHOOK_RETRY_MAX_S must be at least RELAY_WEBHOOK_RETRY_MIN_S")
-        from app.webhooks.destinations import HostRules
-
         for name, networks_only in (("webhook_allowed_hosts", False), ("webhook_allowed_networks", True)):
             try:
                 HostRules.parse(getattr(self, name), networks_only=networks_only)

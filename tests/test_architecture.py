@@ -23,6 +23,15 @@ FOUNDATION = ("app.runtime", "app.db", "app.errors", "app.redaction")
 PACKAGES = RUNTIME + SCAFFOLDING
 COMPAT = ("app.compat", "app.api.compat")  # the OpenAI- and Anthropic-compatible batch APIs
 COMPAT_USERS = ("app.compat", "app.api")  # who may import them: themselves, and the blueprints that route to them
+# The engine and the observability reach the queue through ports (app/batches/publisher.py, app/queue_port.py); the
+# queue's libraries are for actors/ and the backends' own modules.
+QUEUE_LIBRARIES = ("pika", "dramatiq")
+QUEUE_NEUTRAL = ("app.batches", "app.observability")
+# Package-level import edges still allowed to close a loop, each with the change that removes it.
+PACKAGE_LOOPS_ALLOWED = {
+    # usage/writer.py calls back into batches.store.finish_batches_now: removed by the lifecycle module
+    ("app.usage", "app.batches"),
+}
 
 
 def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -199,6 +208,38 @@ def test_the_engine_never_reaches_the_compatible_apis_through_any_chain_of_impor
     assert not wrong, f"engine modules that reach app.compat: {wrong}"
 
 
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """App's package-level import graph: a node per package or top-level module of app (app.batches, app.settings),
+    an edge where any module of one imports any module of another (less PACKAGE_LOOPS_ALLOWED)."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if _top(module) != "app" or module == "app":
+            continue
+        node = packages.setdefault(_top(module, 2), set())
+        node |= {_top(t, 2) for t in targets if _top(t) == "app" and t != "app" and _top(t, 2) != _top(module, 2)}
+    for node, targets in packages.items():
+        targets -= {t for t in targets if (node, t) in PACKAGE_LOOPS_ALLOWED}
+        for target in targets:
+            packages.setdefault(target, set())
+    return packages
+
+
+def test_no_import_cycles_between_the_packages_of_app() -> None:
+    packages = _package_graph(_graph())
+    assert {"app.batches", "app.usage", "app.webhooks", "app.catalog", "app.observability", "app.settings"} <= set(
+        packages)
+    cycles = _cycles(packages)
+    assert not cycles, "package-level import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
+
+
+def test_the_engine_and_the_observability_import_no_queue_library() -> None:
+    found = {name: sorted(_third_party_imports(path) & set(QUEUE_LIBRARIES))
+             for name, path in _modules(("app",)).items() if _within(name, QUEUE_NEUTRAL)}
+    assert "app.batches.dispatch" in found and "app.observability.scrape" in found
+    wrong = {name: tops for name, tops in found.items() if tops}
+    assert not wrong, f"the queue's libraries are for actors/ and the queue backends (use the ports): {wrong}"
+
+
 def test_no_import_cycles_between_modules() -> None:
     cycles = _cycles(_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
@@ -224,6 +265,7 @@ def test_the_checks_see_a_loop_through_a_function_level_import_and_a_wrong_way_i
     graph |= {name: set() for name in known - set(sources)}
     assert graph["app.catalog.x"] == {"app.credentials.y"} and graph["app.credentials.y"] == {"app.catalog.x"}
     assert _cycles(graph) == [["app.catalog.x", "app.credentials.y", "app.catalog.x"]]
+    assert _cycles(_package_graph(graph)) == [["app.catalog", "app.credentials", "app.catalog"]]
     assert _wrong_way(graph) == [("app.api.w", "app"), ("app.batches.z", "actors.boot"),
                                  ("app.batches.z", "app.compat.views"),
                                  ("app.catalog.x", "app.credentials.y"),

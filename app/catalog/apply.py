@@ -10,13 +10,12 @@ from uuid import UUID
 
 from psycopg import Connection
 
-from app.catalog import store
+from app.catalog import store, webhooks
 from app.catalog.secrets import SecretBox
 from app.catalog.store import CatalogRows, Row
 from app.catalog.validate import InvalidCatalog, validate_catalog
 from app.catalog.writes import catalog_write
 from app.runtime import Runtime
-from app.webhooks import catalog as webhooks
 
 KINDS = ("teams", "projects", "hosts", "host_keys", "models", "policies", "users", "service_accounts", "relay_keys")
 

@@ -13,15 +13,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.errors import BadRequest
+from app.host_rules import METADATA, HostRules, IPAddress
 from app.webhooks.special_addresses import reached, special_purpose
 from schemas.webhooks import url_problem
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-# Instance metadata services (AWS, ECS, GCP and Azure on 169.254.169.254; AWS IPv6; Alibaba; Oracle's DNS): refused
-# unless an allowed network names the address itself.
-METADATA = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254", "169.254.170.2", "169.254.169.253", "fd00:ec2::254", "100.100.100.200"))
 
 
 class CallbackUrlNotAllowed(BadRequest):
@@ -32,51 +26,6 @@ class CallbackUrlNotAllowed(BadRequest):
 
 class DestinationRefused(Exception):
     """A delivery's destination may not be reached; the message says why (no retry: it is configuration)."""
-
-
-@dataclass(frozen=True)
-class HostRules:
-    """Host names (exact, or `*.suffix`), IP addresses and networks, from a comma-separated setting."""
-
-    names: frozenset[str] = frozenset()
-    suffixes: tuple[str, ...] = ()
-    networks: tuple[IPNetwork, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str, *, networks_only: bool = False) -> HostRules:
-        """The rules of TEXT; ValueError naming the first entry that is none of those."""
-        names, suffixes, networks = set(), [], []
-        for entry in (e.strip().lower() for e in text.split(",")):
-            if not entry:
-                continue
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-                continue
-            except ValueError:
-                if networks_only:
-                    raise ValueError(f"{entry!r} is not an IP address or network (like 10.0.0.0/8)") from None
-            host = entry[2:] if entry.startswith("*.") else entry
-            if not host or any(c in host for c in "/:@ []") or host.startswith("."):
-                raise ValueError(f"{entry!r} is not a host name, *.suffix, IP address or network")
-            if entry.startswith("*."):
-                suffixes.append("." + host)
-            else:
-                names.add(host)
-        return cls(frozenset(names), tuple(suffixes), tuple(networks))
-
-    def allows_host(self, host: str) -> bool:
-        """Whether HOST (a name or an IP literal) is listed."""
-        host = host.lower().rstrip(".")
-        address = _address(host)
-        if address is not None:
-            return self.allows_address(address) or host in self.names
-        return host in self.names or any(host.endswith(suffix) for suffix in self.suffixes)
-
-    def allows_address(self, address: IPAddress) -> bool:
-        """Whether an allowed network holds ADDRESS (a metadata address only when a network names it alone)."""
-        if address in METADATA:
-            return any(net.num_addresses == 1 and address in net for net in self.networks)
-        return any(address in net for net in self.networks)
 
 
 def check_callback_url(url: str, allowed: HostRules) -> str:
@@ -133,9 +82,3 @@ def refusal(address: IPAddress, allowed: HostRules) -> str | None:
         reason = "not a public address"  # what this Python's own tables add to the registries'
     return reason
 
-
-def _address(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return None
