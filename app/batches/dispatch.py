@@ -1,5 +1,5 @@
-"""The outbox pump: publishes committed-but-unpublished items through this process's publisher (app/batches/
-publisher.py; RabbitMQ in a worker: actors/publisher.py), a few items of one batch per message,
+"""The outbox pump: publishes committed-but-unpublished items through this process's publisher (the port in
+publisher.py; RabbitMQ's, built by the worker: actors/publisher.py), a few items of one batch per message,
 keeping what is published but not final within a window sized from the workers' live concurrency. It runs as a
 thread in every worker process (one publishes at a time, under an advisory lock), woken by NOTIFY on submit and by
 local items finishing, and polling every second, so an API that died right after committing a batch loses nothing.
@@ -43,7 +43,6 @@ LOST_MESSAGE_AGE_S = 120.0  # a queued item published this long ago, with the qu
 SILENT_PREFETCH_AGE_S = 2.0  # ... or this long ago while a worker is silent: its prefetch may hold the message
 RECOVER_EVERY_S = 2.0  # how often the leader looks for such items
 SILENT_FORGET_S = 600.0  # a worker silent longer than this is gone, and RabbitMQ gave its messages back long ago
-
 
 
 class Dispatcher:
