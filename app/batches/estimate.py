@@ -20,6 +20,7 @@ and asks app/batches/pacing.py how long the items take paced, and how many the w
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from uuid import UUID
 
 import msgspec
 
-from adapters.base import Usage
+from adapters import get_adapter
+from adapters.base import ShapeAdapter, Usage
 from adapters.errors import AdapterError
 from adapters.shapes import plan_dispatch
 from app.access.cache import get_catalog, get_policy
@@ -38,7 +40,6 @@ from app.batches import budget, outbox, pacing
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.intake import parse_batch, typed_batch
 from app.batches.service import batch_columns
-from app.batches.validation import OUTPUT_LIMIT_FIELDS
 from app.catalog.model import Pricing
 from app.errors import RelayError
 from app.pipeline import routing
@@ -48,17 +49,17 @@ from app.usage.queries import cost_usd
 from schemas.durations import parse_duration
 
 
-class _Limits(msgspec.Struct):
-    """The members of an item that bound its output (any other member is skipped)."""
-
-    model: Any = None
-    max_tokens: Any = None
-    max_completion_tokens: Any = None
-    max_output_tokens: Any = None
-    n: Any = None
+def _limits(adapter: ShapeAdapter, body: Any) -> Any:
+    """`model` and the members of BODY, an item of ADAPTER's shape, that bound its output (its limit fields and its
+    choices field) as attributes, None when absent; msgspec.DecodeError when BODY is not a JSON object."""
+    names = ("model", *adapter.output_limit_fields, *filter(None, (adapter.choices_field,)))
+    return _limits_decoder(tuple(dict.fromkeys(names))).decode(body)
 
 
-_LIMITS = msgspec.json.Decoder(_Limits)
+@functools.cache
+def _limits_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
+    """A decoder of the members NAMES (any other member is skipped)."""
+    return msgspec.json.Decoder(msgspec.defstruct("Limits", [(name, Any, None) for name in names]))
 
 
 @dataclass
@@ -118,7 +119,7 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
         model = models.get(name)
         if model is None:
             model = models[name] = _routed(snapshot, caller.policy_id, shape, name)
-        model.add(len(body), _output_bound(shape, body, model.default_output))
+        model.add(len(body), output_bound(shape, body, model.default_output))
     found = sorted(models.values(), key=lambda m: m.name)
     bounded = all(m.bounded for m in found)
     total_nanos = sum(m.cost_nanos for m in found)
@@ -220,13 +221,13 @@ def item_cost_bound(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, body
     it: 0 when it would be discarded unrun or its binding is unpriced (nothing is recorded), None when its output
     has no bound (no limit of its own, none of its model's)."""
     try:
-        name = _LIMITS.decode(body).model
+        name = _limits(get_adapter(shape), body).model
     except msgspec.DecodeError:
         return 0  # not a request the pipeline can read: refused before any upstream
     model = _routed(snapshot, policy_id, shape, name if isinstance(name, str) else "")
     if not model.runs:
         return 0
-    output = _output_bound(shape, body, model.default_output)
+    output = output_bound(shape, body, model.default_output)
     if output is None:
         return None
     try:
@@ -252,17 +253,20 @@ def _routed(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, name: str) -
                   pricing=pricing, default_output=route.model.max_output_tokens)
 
 
-def _output_bound(shape: str, body: Any, default: int | None) -> int | None:
-    """The most output tokens the item can be answered with: its own limit, else DEFAULT; times its `n` choices."""
+def output_bound(shape: str, body: Any, default: int | None) -> int | None:
+    """The most output tokens an item of SHAPE (its request BODY) can be answered with: its own limit (the
+    shape's output_limit_fields), else DEFAULT; times its number of choices (the shape's choices_field)."""
+    adapter = get_adapter(shape)
     try:
-        limits = _LIMITS.decode(body)
+        limits = _limits(adapter, body)
     except msgspec.DecodeError:
         return default
-    own = [int(v) for v in (getattr(limits, name) for name in OUTPUT_LIMIT_FIELDS[shape]) if _positive(v)]
+    own = [int(v) for v in (getattr(limits, name) for name in adapter.output_limit_fields) if _positive(v)]
     limit = max(own) if own else default
     if limit is None:
         return None
-    return limit * (int(limits.n) if shape == "openai" and _positive(limits.n) else 1)
+    choices: Any = getattr(limits, adapter.choices_field) if adapter.choices_field is not None else None
+    return limit * (int(choices) if _positive(choices) else 1)
 
 
 def _positive(value: Any) -> bool:
