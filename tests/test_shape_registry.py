@@ -1,10 +1,12 @@
 """A shape is one module: its adapter, registered in adapters/registry.py, is all the validation, the estimate and
-the database need of it; an incomplete adapter is refused at registration."""
+the database need of it; an incomplete adapter is refused at registration; docs/architecture.md lists the files a
+new shape touches, and they exist."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -15,12 +17,22 @@ from adapters import get_adapter
 from adapters.base import FieldError, StreamUsageReader, Usage
 from adapters.errors import UnknownShape
 from adapters.fields import MAX_CHOICES, MAX_TOKEN_LIMIT
-from adapters.registry import ADAPTERS, ShapeRegistrationError, batch_shapes, openai_batch_endpoints, register
+from adapters.registry import (
+    ADAPTERS,
+    SHAPES,
+    ShapeRegistrationError,
+    batch_shapes,
+    openai_batch_endpoints,
+    register,
+)
 from app.batches.errors import InvalidBatch
 from app.batches.estimate import output_bound
 from app.batches.intake import parse_batch
 from app.batches.validation import item_errors, validate_envelope
+from app.migrate import accepted_values, check_shapes
 from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class _CompletionsItem(msgspec.Struct):
@@ -147,21 +159,27 @@ def test_a_shape_name_is_registered_once_and_canonical_is_never_a_registered_sha
 def test_every_shape_the_database_accepts_has_an_adapter_and_every_batch_shape_is_accepted(
         settings: Settings) -> None:
     with psycopg.connect(settings.database_url) as conn:
-        accepted = {table: _check_values(conn, table, column)
-                    for table, column in (("batches", "shape"), ("bindings", "adapter"))}
-    assert accepted["batches"] == set(batch_shapes())
-    assert accepted["bindings"] == set(batch_shapes())
+        assert accepted_values(conn, "batches", "shape") == set(batch_shapes()) == set(SHAPES)
+        assert accepted_values(conn, "bindings", "adapter") == set(batch_shapes())
+        check_shapes(conn)
 
 
-def _check_values(conn: psycopg.Connection[Any], table: str, column: str) -> set[str]:
-    """The values the CHECK constraint on TABLE.COLUMN lists."""
-    rows = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass"
-                        " AND contype = 'c'", (table,)).fetchall()
-    definitions = [row[0] for row in rows if re.search(rf"\b{column}\b", row[0])]
-    assert len(definitions) == 1, definitions
-    return set(re.findall(r"'([^']+)'::text", definitions[0]))
+def test_a_shape_registered_without_its_migration_stops_the_process_at_start(settings: Settings,
+                                                                              test_shape: str) -> None:
+    with psycopg.connect(settings.database_url) as conn, pytest.raises(ShapeRegistrationError, match=test_shape):
+        check_shapes(conn)
 
 
 def test_the_openai_batch_endpoints_are_the_openai_shapes_paths() -> None:
     assert openai_batch_endpoints() == {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
 
+
+def test_the_files_a_new_shape_touches_as_the_architecture_page_lists_them_exist() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## What a change touches", 1)[1].split("\n## ", 1)[0]
+    bullet = section.split("- **A new shape**", 1)[1].split("\n- **", 1)[0]
+    paths = re.findall(r"`([\w/.]+\.(?:py|sql|js))`", bullet)
+    assert {"adapters/registry.py", "adapters/base.py", "adapters/canonical.py"} <= set(paths), paths
+    assert [path for path in paths if not (ROOT / path).exists()] == []
+    for shape in batch_shapes():
+        assert (ROOT / "adapters" / f"{shape}.py").exists(), f"the {shape} shape is not one module"
