@@ -20,7 +20,6 @@ and asks app/batches/pacing.py how long the items take paced, and how many the w
 from __future__ import annotations
 
 import decimal
-import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -48,18 +47,19 @@ from app.usage.events import cost_nanos
 from app.usage.queries import cost_usd
 from schemas.durations import parse_duration
 
-
-def _limits(adapter: ShapeAdapter, body: Any) -> Any:
-    """`model` and the members of BODY, an item of ADAPTER's shape, that bound its output (its limit fields and its
-    choices field) as attributes, None when absent; msgspec.DecodeError when BODY is not a JSON object."""
-    names = ("model", *adapter.output_limit_fields, *filter(None, (adapter.choices_field,)))
-    return _limits_decoder(tuple(dict.fromkeys(names))).decode(body)
+_DECODERS: dict[str, tuple[ShapeAdapter, msgspec.json.Decoder[Any]]] = {}  # shape → its adapter, its limits' decoder
 
 
-@functools.cache
-def _limits_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
-    """A decoder of the members NAMES (any other member is skipped)."""
-    return msgspec.json.Decoder(msgspec.defstruct("Limits", [(name, Any, None) for name in names]))
+def _limits_decoder(shape: str) -> tuple[ShapeAdapter, msgspec.json.Decoder[Any]]:
+    """SHAPE's adapter and a decoder of `model` and the members of its items that bound their output (its limit
+    fields and its choices field; any other member is skipped), built once per adapter registered."""
+    adapter = get_adapter(shape)
+    known = _DECODERS.get(shape)
+    if known is None or known[0] is not adapter:
+        names = dict.fromkeys(("model", *adapter.output_limit_fields, *filter(None, (adapter.choices_field,))))
+        limits = msgspec.defstruct("Limits", [(name, Any, None) for name in names])
+        known = _DECODERS[shape] = (adapter, msgspec.json.Decoder(limits))
+    return known
 
 
 @dataclass
@@ -221,7 +221,7 @@ def item_cost_bound(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, body
     it: 0 when it would be discarded unrun or its binding is unpriced (nothing is recorded), None when its output
     has no bound (no limit of its own, none of its model's)."""
     try:
-        name = _limits(get_adapter(shape), body).model
+        name = _limits_decoder(shape)[1].decode(body).model
     except msgspec.DecodeError:
         return 0  # not a request the pipeline can read: refused before any upstream
     model = _routed(snapshot, policy_id, shape, name if isinstance(name, str) else "")
@@ -256,9 +256,9 @@ def _routed(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, name: str) -
 def output_bound(shape: str, body: Any, default: int | None) -> int | None:
     """The most output tokens an item of SHAPE (its request BODY) can be answered with: its own limit (the
     shape's output_limit_fields), else DEFAULT; times its number of choices (the shape's choices_field)."""
-    adapter = get_adapter(shape)
+    adapter, decoder = _limits_decoder(shape)
     try:
-        limits = _limits(adapter, body)
+        limits = decoder.decode(body)
     except msgspec.DecodeError:
         return default
     own = [int(v) for v in (getattr(limits, name) for name in adapter.output_limit_fields) if _positive(v)]
