@@ -4,10 +4,13 @@ new shape touches, and they exist."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from uuid import uuid4
 
 import msgspec
 import psycopg
@@ -29,7 +32,9 @@ from app.batches.errors import InvalidBatch
 from app.batches.estimate import output_bound
 from app.batches.intake import parse_batch
 from app.batches.validation import item_errors, validate_envelope
+from app.catalog.model import Binding, Host
 from app.migrate import accepted_values, check_shapes
+from app.pipeline.plan import CrossShape, make_plan
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +116,20 @@ def test_the_estimates_output_bound_of_a_registered_shape_is_its_limit_field_tim
     assert output_bound(test_shape, b'{"model": "m", "max_new_tokens": 100}', 7) == 100
     assert output_bound(test_shape, b'{"model": "m", "max_tokens": 100, "n": 3}', 7) == 7  # other shapes' members
     assert output_bound(test_shape, b'{"model": "m"}', None) is None
+
+
+def test_the_pipeline_plans_a_registered_shapes_call_from_its_adapter_and_refuses_a_generate_it_cannot_translate(
+        test_shape: str) -> None:
+    host = Host(uuid4(), "test-host", "http://127.0.0.1:9", True)
+    route: Any = SimpleNamespace(binding=Binding(uuid4(), "m", 0, host, test_shape, "upstream-m", None, True))
+    call: Any = SimpleNamespace(shape=test_shape, body={"model": "m", "prompt": "hi"}, source="batch")
+    plan = make_plan(call, route)
+    assert (plan.adapter.shape, plan.path, json.loads(plan.body)["model"]) == (
+        test_shape, "/v1/test/completions", "upstream-m")
+    generate: Any = SimpleNamespace(shape="canonical", body={"model": "m", "input": "hi"}, source="live")
+    with pytest.raises(CrossShape) as refused:  # no /v1/generate translators for it in adapters/canonical.py
+        make_plan(generate, route)
+    assert (refused.value.status, refused.value.code) == (400, "unknown_shape")
 
 
 def test_a_shape_unregistered_is_refused_by_the_envelope_and_never_reaches_the_estimate() -> None:
