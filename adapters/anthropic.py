@@ -113,8 +113,14 @@ class MessagesAdapter:
     """The `anthropic` shape."""
 
     shape = "anthropic"
+    title = "Anthropic Messages"
+    provider = "anthropic"
     batch_item_type = MessagesItem
     upstream_path = "/v1/messages"
+    output_limit_fields: tuple[str, ...] = ("max_tokens",)
+    choices_field: str | None = None
+    canonical_markers: tuple[str, ...] = ()
+    bare_input = False
 
     def validate_request(self, body: Any) -> list[FieldError]:
         """`model`, a positive `max_tokens`, a non-empty `messages` list of user/assistant turns, typed options."""

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-SHAPES = ("openai", "anthropic", "openai_responses")  # binding adapters, and the shapes a batch may have
 EMBEDDINGS = "embeddings"  # live-only request shape, sent to OpenAI-family bindings
 CANONICAL = "canonical"  # /v1/generate: live-only, always translated to the binding's shape
-REQUEST_SHAPES = (*SHAPES, EMBEDDINGS, CANONICAL)
 
 
 @dataclass(frozen=True)
@@ -49,8 +47,17 @@ class StreamUsageReader(Protocol):
 
 
 class ShapeAdapter(Protocol):
+    """One wire shape: everything the engine, the batch checks, the estimate and the compatible APIs need of it
+    (adapters/registry.py checks each of these when the adapter is registered)."""
+
     shape: str
-    upstream_path: str  # e.g. /v1/chat/completions
+    title: str  # what people call it, e.g. "OpenAI Chat Completions" (the console's submit form)
+    provider: str  # gen_ai.provider.name of its calls: "openai" | "anthropic"
+    upstream_path: str  # e.g. /v1/chat/completions (for an "openai" batch shape, also its OpenAI batch lines' url)
+    output_limit_fields: tuple[str, ...]  # the members that limit an item's output (the estimate's bound, hard caps)
+    choices_field: str | None  # the member that multiplies the output by its number of choices (OpenAI's `n`)
+    canonical_markers: tuple[str, ...]  # canonical /v1/generate members this shape lacks: one in a body marks it
+    bare_input: bool  # model + input alone is a valid body (so only an embeddings name or option marks embeddings)
 
     def validate_request(self, body: Any) -> list[FieldError]: ...
 

@@ -65,8 +65,14 @@ class EmbeddingsAdapter:
     """The `embeddings` request shape."""
 
     shape = EMBEDDINGS
+    title = "OpenAI Embeddings"
+    provider = "openai"
     batch_item_type = None  # embeddings are never batched
     upstream_path = "/v1/embeddings"
+    output_limit_fields: tuple[str, ...] = ()  # no output tokens
+    choices_field: str | None = None
+    canonical_markers: tuple[str, ...] = ()
+    bare_input = True
 
     def validate_request(self, body: Any) -> list[FieldError]:
         """`model` and a non-empty `input`; `stream` is not an embeddings option."""

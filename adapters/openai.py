@@ -165,8 +165,14 @@ class ChatCompletionsAdapter:
     """The `openai` shape."""
 
     shape = "openai"
+    title = "OpenAI Chat Completions"
+    provider = "openai"
     upstream_path = "/v1/chat/completions"
     batch_item_type = ChatItem
+    output_limit_fields: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+    choices_field: str | None = "n"
+    canonical_markers: tuple[str, ...] = ()
+    bare_input = False
 
     def validate_request(self, body: Any) -> list[FieldError]:
         """`model`, a non-empty `messages` list of valid messages, and well-typed common options."""

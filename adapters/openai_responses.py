@@ -118,8 +118,14 @@ class ResponsesAdapter:
     """The `openai_responses` shape."""
 
     shape = "openai_responses"
+    title = "OpenAI Responses"
+    provider = "openai"
     batch_item_type = ResponsesItem
     upstream_path = "/v1/responses"
+    output_limit_fields: tuple[str, ...] = ("max_output_tokens",)
+    choices_field: str | None = None
+    canonical_markers: tuple[str, ...] = ("max_tokens",)  # Responses calls it max_output_tokens
+    bare_input = True  # model + input is also an embeddings body
 
     def validate_request(self, body: Any) -> list[FieldError]:
         """`model`, `input` as a string or a list of items, and well-typed common options."""

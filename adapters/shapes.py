@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adapters import openai, openai_responses
-from adapters.base import CANONICAL, EMBEDDINGS, REQUEST_SHAPES, SHAPES, ShapeAdapter
+from adapters.base import CANONICAL, EMBEDDINGS, ShapeAdapter
 from adapters.embeddings import ADAPTER as EMBEDDINGS_ADAPTER
 from adapters.errors import CrossShapeDispatch, CrossShapeUnsupported, UnknownShape
-from adapters.registry import get_adapter
+from adapters.registry import ADAPTERS, batch_shapes, get_adapter
 
 OPENAI_HOST = "openai"  # the host whose name triggers the Responses-on-openai edge case
 _EMBEDDINGS_BINDINGS = ("openai", "openai_responses")  # OpenAI-family hosts serve /v1/embeddings
@@ -28,9 +28,9 @@ def plan_dispatch(request_shape: str, binding_adapter: str, host_name: str, *, b
 
     Raises UnknownShape, CrossShapeDispatch (batch) or CrossShapeUnsupported (live).
     """
-    if request_shape not in REQUEST_SHAPES:
+    if request_shape not in ADAPTERS and request_shape != CANONICAL:
         raise UnknownShape(f"unknown request shape: {request_shape!r}")
-    if binding_adapter not in SHAPES:
+    if binding_adapter not in batch_shapes():
         raise UnknownShape(f"unknown binding adapter: {binding_adapter!r}")
     binding = get_adapter(binding_adapter)
     if request_shape == binding_adapter:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
+from adapters.registry import ShapeRegistrationError, batch_shapes
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _LOCK_ID = 0x5E1A7  # advisory lock shared by every replica running migrations
+SHAPE_COLUMNS = (("batches", "shape"), ("bindings", "adapter"))  # the columns whose CHECK lists the batch shapes
 
 
 def list_migrations() -> list[tuple[int, Path]]:
@@ -41,4 +45,27 @@ def apply_migrations(database_url: str) -> list[int]:
                 applied_now.append(version)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+        check_shapes(conn)
     return applied_now
+
+
+def check_shapes(conn: psycopg.Connection[Any]) -> None:
+    """ShapeRegistrationError unless the shapes the database accepts are the registered batch shapes: a shape
+    with no adapter, or an adapter whose shape no migration lets the database store, stops the process at start
+    (rather than a 500 at its first submit)."""
+    registered = set(batch_shapes())
+    for table, column in SHAPE_COLUMNS:
+        accepted = accepted_values(conn, table, column)
+        if accepted != registered:
+            raise ShapeRegistrationError(
+                f"{table}.{column} accepts {sorted(accepted)} but the registered shapes are {sorted(registered)}:"
+                " each shape needs its adapter in adapters/registry.py and a migration adding it to that CHECK")
+
+
+def accepted_values(conn: psycopg.Connection[Any], table: str, column: str) -> set[str]:
+    """The text values the CHECK constraint on TABLE.COLUMN lists (`column IN ('a', 'b')`)."""
+    rows = conn.execute(
+        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid"
+        " AND a.attnum = ANY (c.conkey) WHERE c.conrelid = %s::regclass AND c.contype = 'c' AND a.attname = %s",
+        (table, column)).fetchall()
+    return {value for (definition,) in rows for value in re.findall(r"'([^']*)'::text", definition)}

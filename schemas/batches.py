@@ -6,9 +6,9 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from adapters.base import SHAPES
 from schemas.catalog import PRINTABLE
 from schemas.durations import DurationError, parse_duration
+from schemas.shapes import RegisteredShape
 from schemas.webhooks import CallbackSchema
 
 # The one list of each: an item's states (active, then final), a batch's statuses; shapes are the adapters'.
@@ -70,7 +70,7 @@ class BatchEnvelopeSchema(CallbackSchema):
     class Meta:
         unknown = RAISE
 
-    shape = fields.String(required=True, validate=validate.OneOf(SHAPES))
+    shape = fields.String(required=True, validate=RegisteredShape())
     metadata = fields.Dict(keys=fields.String(), load_default=None, allow_none=True, metadata={
         "description": "your own labels: at most 16 KiB as JSON and 16 levels deep"})
     completion_window = fields.String(load_default=None, validate=_completion_window, metadata={
@@ -202,7 +202,7 @@ class BatchSummarySchema(Schema):
     api = fields.String(validate=validate.OneOf(("relay", "openai", "anthropic")),
                         metadata={"description": "the API that created the batch"})
     status = fields.String(validate=validate.OneOf(BATCH_STATUSES))
-    shape = fields.String(validate=validate.OneOf(SHAPES))
+    shape = fields.String(validate=RegisteredShape())
     total = fields.Integer()
     finished = fields.Boolean()
     finished_at = fields.DateTime(allow_none=True)
@@ -411,7 +411,7 @@ class BatchEstimateSchema(Schema):
     object = fields.Constant("batch.estimate")
     valid = fields.Boolean(metadata={"description": "always true: a body a submit would refuse is answered with "
                                                     "the submit's own 400/413 error"})
-    shape = fields.String(validate=validate.OneOf(SHAPES))
+    shape = fields.String(validate=RegisteredShape())
     total = fields.Integer(metadata={"description": "items"})
     models = fields.List(fields.Nested(EstimateModelSchema), metadata={"description": "by model name"})
     input_tokens_max = fields.Integer()

@@ -7,11 +7,10 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from adapters.base import SHAPES
 from schemas.durations import DurationError, format_duration, parse_duration
+from schemas.shapes import RegisteredShape
 from schemas.webhooks import EVENT_TYPES, check_secret, check_url
 
-ADAPTERS = SHAPES  # a binding names one of the wire shapes
 KEY_SELECTIONS = ("prioritized", "round_robin", "least_recently_used")
 MAX_ITEMS = 10_000
 MAX_COUNT = 10**15  # requests or tokens per window (bigint columns)
@@ -97,7 +96,7 @@ class PricingSchema(Schema):
 class BindingSchema(Schema):
     id = fields.UUID(dump_only=True, metadata={"description": "in admin listings only"})
     host = fields.String(required=True, validate=NAME)
-    adapter = fields.String(required=True, validate=validate.OneOf(ADAPTERS, error="must be one of {choices}"))
+    adapter = fields.String(required=True, validate=RegisteredShape(error="must be one of {choices}"))
     upstream_model = fields.String(required=True, validate=[validate.Length(min=1, max=500), PRINTABLE])
     pricing = fields.Nested(PricingSchema, allow_none=True)
     enabled = StrictBoolean(load_default=True)

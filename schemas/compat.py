@@ -7,6 +7,7 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate, validates
 
+from adapters.registry import openai_batch_endpoints
 from schemas.webhooks import CallbackSchema
 
 OPENAI_BATCH_STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
@@ -41,7 +42,7 @@ class OpenAIBatchCreateSchema(CallbackSchema):
 
     input_file_id = fields.String(required=True, validate=validate.Length(max=100))
     endpoint = fields.String(required=True, validate=validate.Length(max=200),
-                             metadata={"description": "/v1/chat/completions or /v1/responses"})
+                             metadata={"description": " or ".join(openai_batch_endpoints())})
     completion_window = fields.String(required=True, validate=validate.OneOf(("24h",)))
     metadata = fields.Dict(keys=fields.String(), values=fields.String(), load_default=None, allow_none=True)
     output_expires_after = fields.Nested(ExpiresAfterSchema, load_default=None, allow_none=True, metadata={

@@ -7,10 +7,13 @@ Relay's own scripts, styles and API.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from flask import Blueprint, Flask, Response, send_from_directory
 from flask.typing import ResponseReturnValue
+
+from adapters.registry import ADAPTERS, batch_shapes, openai_batch_endpoints
 
 STATIC = Path(__file__).resolve().parent.parent / "console" / "static"
 CONTENT_SECURITY_POLICY = (
@@ -43,6 +46,19 @@ def _secure(response: Response) -> Response:
 def index() -> ResponseReturnValue:
     """The console's one page (`/console` redirects here)."""
     return send_from_directory(STATIC, "index.html", mimetype="text/html")
+
+
+@blp.route("/shapes.js")
+def shapes() -> ResponseReturnValue:
+    """The batch shapes as a JavaScript module, from the shape registry: the console has no list of its own."""
+    return Response(shapes_module(), mimetype="text/javascript")
+
+
+def shapes_module() -> str:
+    """`SHAPES` ([name, title] per batch shape) and `SHAPE_OF_ENDPOINT` (OpenAI batch endpoint → shape)."""
+    pairs = [[shape, ADAPTERS[shape].title] for shape in batch_shapes()]
+    return (f"export const SHAPES = {json.dumps(pairs)};\n"
+            f"export const SHAPE_OF_ENDPOINT = {json.dumps(openai_batch_endpoints())};\n")
 
 
 @blp.route("/<filename>")

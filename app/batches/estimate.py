@@ -28,7 +28,8 @@ from uuid import UUID
 
 import msgspec
 
-from adapters.base import Usage
+from adapters import get_adapter
+from adapters.base import ShapeAdapter, Usage
 from adapters.errors import AdapterError
 from adapters.shapes import plan_dispatch
 from app.access.cache import get_catalog, get_policy
@@ -38,7 +39,6 @@ from app.batches import budget, outbox, pacing
 from app.batches.errors import BatchBodyTooLarge
 from app.batches.intake import parse_batch, typed_batch
 from app.batches.service import batch_columns
-from app.batches.validation import OUTPUT_LIMIT_FIELDS
 from app.catalog.model import Pricing
 from app.errors import RelayError
 from app.pipeline import routing
@@ -47,18 +47,19 @@ from app.usage.events import cost_nanos
 from app.usage.queries import cost_usd
 from schemas.durations import parse_duration
 
-
-class _Limits(msgspec.Struct):
-    """The members of an item that bound its output (any other member is skipped)."""
-
-    model: Any = None
-    max_tokens: Any = None
-    max_completion_tokens: Any = None
-    max_output_tokens: Any = None
-    n: Any = None
+_DECODERS: dict[str, tuple[ShapeAdapter, msgspec.json.Decoder[Any]]] = {}  # shape → its adapter, its limits' decoder
 
 
-_LIMITS = msgspec.json.Decoder(_Limits)
+def _limits_decoder(shape: str) -> tuple[ShapeAdapter, msgspec.json.Decoder[Any]]:
+    """SHAPE's adapter and a decoder of `model` and the members of its items that bound their output (its limit
+    fields and its choices field; any other member is skipped), built once per adapter registered."""
+    adapter = get_adapter(shape)
+    known = _DECODERS.get(shape)
+    if known is None or known[0] is not adapter:
+        names = dict.fromkeys(("model", *adapter.output_limit_fields, *filter(None, (adapter.choices_field,))))
+        limits = msgspec.defstruct("Limits", [(name, Any, None) for name in names])
+        known = _DECODERS[shape] = (adapter, msgspec.json.Decoder(limits))
+    return known
 
 
 @dataclass
@@ -118,7 +119,7 @@ def estimate_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray) -> 
         model = models.get(name)
         if model is None:
             model = models[name] = _routed(snapshot, caller.policy_id, shape, name)
-        model.add(len(body), _output_bound(shape, body, model.default_output))
+        model.add(len(body), output_bound(shape, body, model.default_output))
     found = sorted(models.values(), key=lambda m: m.name)
     bounded = all(m.bounded for m in found)
     total_nanos = sum(m.cost_nanos for m in found)
@@ -220,13 +221,13 @@ def item_cost_bound(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, body
     it: 0 when it would be discarded unrun or its binding is unpriced (nothing is recorded), None when its output
     has no bound (no limit of its own, none of its model's)."""
     try:
-        name = _LIMITS.decode(body).model
+        name = _limits_decoder(shape)[1].decode(body).model
     except msgspec.DecodeError:
         return 0  # not a request the pipeline can read: refused before any upstream
     model = _routed(snapshot, policy_id, shape, name if isinstance(name, str) else "")
     if not model.runs:
         return 0
-    output = _output_bound(shape, body, model.default_output)
+    output = output_bound(shape, body, model.default_output)
     if output is None:
         return None
     try:
@@ -252,17 +253,20 @@ def _routed(snapshot: CatalogSnapshot, policy_id: UUID, shape: str, name: str) -
                   pricing=pricing, default_output=route.model.max_output_tokens)
 
 
-def _output_bound(shape: str, body: Any, default: int | None) -> int | None:
-    """The most output tokens the item can be answered with: its own limit, else DEFAULT; times its `n` choices."""
+def output_bound(shape: str, body: Any, default: int | None) -> int | None:
+    """The most output tokens an item of SHAPE (its request BODY) can be answered with: its own limit (the
+    shape's output_limit_fields), else DEFAULT; times its number of choices (the shape's choices_field)."""
+    adapter, decoder = _limits_decoder(shape)
     try:
-        limits = _LIMITS.decode(body)
+        limits = decoder.decode(body)
     except msgspec.DecodeError:
         return default
-    own = [int(v) for v in (getattr(limits, name) for name in OUTPUT_LIMIT_FIELDS[shape]) if _positive(v)]
+    own = [int(v) for v in (getattr(limits, name) for name in adapter.output_limit_fields) if _positive(v)]
     limit = max(own) if own else default
     if limit is None:
         return None
-    return limit * (int(limits.n) if shape == "openai" and _positive(limits.n) else 1)
+    choices: Any = getattr(limits, adapter.choices_field) if adapter.choices_field is not None else None
+    return limit * (int(choices) if _positive(choices) else 1)
 
 
 def _positive(value: Any) -> bool:

@@ -11,16 +11,13 @@ from typing import Any
 from marshmallow import ValidationError
 
 from adapters import get_adapter
-from adapters.base import SHAPES
 from adapters.canonical import validate_canonical
 from adapters.embeddings import ADAPTER as EMBEDDINGS
 from adapters.fields import MAX_CHOICES, MAX_TOKEN_LIMIT
+from adapters.registry import SHAPES
 from schemas.batches import BatchEnvelopeSchema
 
 MAX_ERRORS = 1000  # item errors listed in one 400 answer
-# The members of an item that limit its output, per shape (the estimate's and a hard cap's output bound).
-OUTPUT_LIMIT_FIELDS = {"openai": ("max_completion_tokens", "max_tokens"), "openai_responses": ("max_output_tokens",),
-                       "anthropic": ("max_tokens",)}
 MAX_METADATA_BYTES = 16 * 1024
 MAX_METADATA_DEPTH = 16  # levels of objects and arrays in `metadata` (a deeper one could not be read back)
 _ENVELOPE = BatchEnvelopeSchema()
@@ -129,9 +126,10 @@ def item_errors(shape: str, idx: int, item: Any, *, may_hold_surrogates: bool = 
 def _limit_errors(shape: str, idx: int, item: dict[str, Any]) -> list[ItemError]:
     """An output limit or `n` past what any provider takes (the typed path's TokenLimit and Choices): refused at
     submit and estimate alike, so a cost bound is always a number a price can multiply."""
-    caps = dict.fromkeys(OUTPUT_LIMIT_FIELDS.get(shape, ()), MAX_TOKEN_LIMIT)
-    if shape == "openai":
-        caps["n"] = MAX_CHOICES
+    adapter = get_adapter(shape)
+    caps = dict.fromkeys(adapter.output_limit_fields, MAX_TOKEN_LIMIT)
+    if adapter.choices_field is not None:
+        caps[adapter.choices_field] = MAX_CHOICES
     return [ItemError(idx, name, f"must be at most {cap}") for name, cap in caps.items()
             if isinstance(item.get(name), int) and not isinstance(item[name], bool) and item[name] > cap]
 
@@ -184,7 +182,7 @@ def _is_embeddings(shape: str, item: dict[str, Any]) -> bool:
         return False
     model = item.get("model")
     named = isinstance(model, str) and "embedding" in model.lower()
-    if shape == "openai_responses":  # model + input is also a valid Responses body
+    if get_adapter(shape).bare_input:  # model + input is also a valid body of SHAPE
         return named or any(name in item for name in _EMBEDDINGS_ONLY)
     return True
 
@@ -195,7 +193,7 @@ def _is_canonical(shape: str, item: dict[str, Any], invalid_for_shape: bool) -> 
         return False
     if invalid_for_shape:
         return True
-    return shape == "openai_responses" and "max_tokens" in item  # Responses calls it max_output_tokens
+    return any(name in item for name in get_adapter(shape).canonical_markers)
 
 
 def _flatten(problems: Any) -> list[str]:

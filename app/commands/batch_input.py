@@ -13,11 +13,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from adapters.registry import SHAPES, openai_batch_endpoints
 from app.errors import RelayError
 
 FORMATS = ("auto", "relay", "openai")
 OPENAI_MEMBERS = frozenset({"custom_id", "method", "url", "body"})
-SHAPE_OF_ENDPOINT = {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """NAMES as prose: `a, b or c`."""
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
 class UnreadableFile(RelayError):
@@ -61,20 +66,20 @@ def read_requests(path: Path, fmt: str, shape: str | None) -> RequestsFile:
     openai = fmt == "openai" or (fmt == "auto" and all(_openai_line(v) for v in values))
     if not openai:
         if shape is None:
-            raise InvalidRequestsFile(message=f"{path}: a file of request bodies needs --shape (openai, anthropic or"
-                                              " openai_responses); OpenAI's batch input format names it in each line")
+            raise InvalidRequestsFile(message=f"{path}: a file of request bodies needs --shape ({_either(SHAPES)});"
+                                              " OpenAI's batch input format names it in each line")
         return RequestsFile(path, lines, shape)
     endpoints = sorted({str(v.get("url")) if isinstance(v, dict) else "?" for v in values})
-    endpoint = endpoints[0] if len(endpoints) == 1 else None
-    if endpoint not in SHAPE_OF_ENDPOINT:
+    endpoint, shape_of_endpoint = endpoints[0] if len(endpoints) == 1 else None, openai_batch_endpoints()
+    if endpoint not in shape_of_endpoint:
         raise InvalidRequestsFile(message=f"{path}: an OpenAI batch input file names one endpoint in every line's url:"
-                                          f" {' or '.join(SHAPE_OF_ENDPOINT)} (this one names {', '.join(endpoints)})")
-    if shape is not None and shape != SHAPE_OF_ENDPOINT[endpoint]:
+                                          f" {' or '.join(shape_of_endpoint)} (this one names {', '.join(endpoints)})")
+    if shape is not None and shape != shape_of_endpoint[endpoint]:
         raise InvalidRequestsFile(message=f"{path}: its lines are for {endpoint}, shape"
-                                          f" {SHAPE_OF_ENDPOINT[endpoint]}, not --shape {shape}")
+                                          f" {shape_of_endpoint[endpoint]}, not --shape {shape}")
     bodies = [(number, json.dumps(v.get("body") if isinstance(v, dict) else v).encode())
               for (number, _), v in zip(lines, values, strict=True)]
-    return RequestsFile(path, bodies, SHAPE_OF_ENDPOINT[endpoint], openai_endpoint=endpoint,
+    return RequestsFile(path, bodies, shape_of_endpoint[endpoint], openai_endpoint=endpoint,
                         original=tuple(raw for _, raw in lines))
 
 

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import requests
 
-from adapters.base import SHAPES
+from adapters.registry import SHAPES
 from app.commands.api_client import ApiError, hint_for_admin_token, request
 from app.commands.batch_estimate import confirm, dollars, estimate_lines
 from app.commands.batch_input import (

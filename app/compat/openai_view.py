@@ -10,6 +10,7 @@ from uuid import UUID
 
 import psycopg
 
+from adapters.registry import openai_batch_endpoints
 from app.auth_model import Caller
 from app.batches import store
 from app.batches.origin import Rerun
@@ -18,7 +19,6 @@ from app.compat.errors import FileNotFound, InvalidInputFile, UnsupportedEndpoin
 from app.compat.files import store as files_store
 from app.compat.inputs import from_openai_jsonl
 from app.compat.views import (
-    ENDPOINT_SHAPES,
     openai_batch,
     openai_batch_id,
     openai_list,
@@ -41,11 +41,11 @@ def file_disk(runtime: Runtime) -> UploadStore:
 def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: Rerun | None = None) -> dict[str, Any]:
     """A batch of the uploaded file BODY["input_file_id"] (already checked against the create schema); RERUN: the
     lineage of a re-run."""
-    endpoint = body["endpoint"]
-    if endpoint not in ENDPOINT_SHAPES:
+    endpoint, shapes = body["endpoint"], openai_batch_endpoints()
+    if endpoint not in shapes:
         refused = "embeddings requests cannot be batched" if endpoint.endswith("/embeddings") else \
             f"{endpoint} is not an endpoint Relay runs batches for"
-        raise UnsupportedEndpoint(message=f"{refused}: use /v1/chat/completions or /v1/responses")
+        raise UnsupportedEndpoint(message=f"{refused}: use {' or '.join(shapes)}")
     callback = callback_columns(runtime.settings, body.get("callback_url"), body.get("callback_secret"))
     file_id = _input_file(runtime, caller, body["input_file_id"])
     try:
@@ -53,7 +53,7 @@ def create_batch(runtime: Runtime, caller: Caller, body: dict[str, Any], rerun: 
     except FileBytesMissing as exc:
         raise InvalidInputFile(message="the input file's bytes are not visible to this Relay replica") from exc
     with handle:
-        batch = from_openai_jsonl(handle, shape=ENDPOINT_SHAPES[endpoint], endpoint=endpoint,
+        batch = from_openai_jsonl(handle, shape=shapes[endpoint], endpoint=endpoint,
                                   metadata=body.get("metadata"),
                                   max_requests=runtime.settings.openai_batch_max_requests)
     columns = {"api": API, "endpoint": endpoint, "input_file_id": file_id,

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 Row = dict[str, Any]
 __all__ = ["anthropic_batch_id", "openai_batch_id", "parse_batch_id", "parse_file_id"]  # for the views' callers
-ENDPOINT_SHAPES = {"/v1/chat/completions": "openai", "/v1/responses": "openai_responses"}
 _STOPPED = {"batch_cancelled", "batch_expired"}  # error codes of items that never got an answer
 
 

@@ -15,7 +15,7 @@ from app.errors import RateLimited, RelayError
 from app.observability.metrics import count_rate_limited
 from app.observability.tracing import get_tracing
 from app.pipeline import routing
-from app.pipeline.calls import call_with_failover, provider_name
+from app.pipeline.calls import call_with_failover
 from app.pipeline.plan import Plan, make_plan
 from app.pipeline.ratelimit import Reservation, get_limiter
 from app.pipeline.record import Recorder
@@ -46,7 +46,7 @@ def _plan(runtime: Runtime, call: InferenceCall, recorder: Recorder) -> Plan:
     recorder.route = route
     plan = make_plan(call, route)
     get_tracing(runtime).annotate({"relay.policy": policy.name, "relay.host": route.binding.host.name,
-                                   "gen_ai.provider.name": provider_name(plan.adapter.shape),
+                                   "gen_ai.provider.name": plan.adapter.provider,
                                    "relay.upstream_model": route.binding.upstream_model})
     if recorder.reservation is None:
         recorder.reservation = _reserve(runtime, policy, batch=call.source == "batch")

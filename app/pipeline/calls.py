@@ -153,11 +153,6 @@ def _headers(plan: Plan, key: HostKey) -> dict[str, str]:
             "user-agent": "relay/1.0", **plan.adapter.auth_headers(key.secret())}
 
 
-def provider_name(shape: str) -> str:
-    """gen_ai.provider.name of an adapter's wire shape."""
-    return "anthropic" if shape == "anthropic" else "openai"
-
-
 def _client_span_name(plan: Plan) -> str:
     return f"{'embeddings' if plan.adapter.shape == 'embeddings' else 'chat'} {plan.route.binding.upstream_model}"
 
@@ -166,7 +161,7 @@ def _client_attributes(plan: Plan) -> dict[str, str | int]:
     """The upstream call's attributes (GenAI and HTTP client conventions): never its URL's path or credentials."""
     parts = urlsplit(plan.route.binding.host.base_url)
     return {"gen_ai.operation.name": "embeddings" if plan.adapter.shape == "embeddings" else "chat",
-            "gen_ai.provider.name": provider_name(plan.adapter.shape),
+            "gen_ai.provider.name": plan.adapter.provider,
             "gen_ai.request.model": plan.route.binding.upstream_model, "http.request.method": "POST",
             "server.address": parts.hostname or "",
             "server.port": parts.port or (443 if parts.scheme == "https" else 80)}

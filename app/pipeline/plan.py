@@ -39,12 +39,10 @@ def make_plan(call: InferenceCall, route: routing.Route) -> Plan:
     binding = route.binding
     try:
         dispatch = plan_dispatch(call.shape, binding.adapter, binding.host.name, batch=call.source == "batch")
+        body = to_shape(call.body, dispatch.adapter) if dispatch.translate else call.body  # a shape may have none
     except AdapterError as exc:
         raise CrossShape(exc.message, code=exc.code, status=exc.status) from exc
     adapter = get_adapter(dispatch.adapter)
-    body = call.body
-    if dispatch.translate:
-        body = to_shape(body, dispatch.adapter)
     if adapter.shape == call.shape or dispatch.translate:
         prepared = adapter.prepare_body(body, binding.upstream_model)
     else:  # sent as it is to another shape's endpoint: only the model is rewritten

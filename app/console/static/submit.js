@@ -6,13 +6,11 @@
 // an upper bound of cost, how long it takes under the policy's limits, paced or not): see estimate.js.
 import { ApiError, call } from "./api.js";
 import { showEstimate } from "./estimate.js";
+import { SHAPE_OF_ENDPOINT, SHAPES } from "./shapes.js"; // served from Relay's shape registry (app/api/console.py)
 import { errorBox, h, replace } from "./ui.js";
 
-const SHAPES = [["openai", "OpenAI Chat Completions"], ["anthropic", "Anthropic Messages"],
-  ["openai_responses", "OpenAI Responses"]];
 const OPENAI_LINE = ["custom_id", "method", "url", "body"];
-const OPENAI_ENDPOINTS = ["/v1/chat/completions", "/v1/responses"];
-const SHAPE_OF_ENDPOINT = { "/v1/chat/completions": "openai", "/v1/responses": "openai_responses" };
+const OPENAI_ENDPOINTS = Object.keys(SHAPE_OF_ENDPOINT);
 const ESTIMATE_DELAY_MS = 300;
 
 export function submitView(main, route, session) {
