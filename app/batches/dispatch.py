@@ -90,6 +90,7 @@ class Dispatcher:
         self._passes = 0
         self._starts = pacing.StartBudget()  # paced policies' items published at their share's rate
         self._paced_shares = PacedShares()  # ... and split fairly between the owners waiting on each
+        self._paced_held = False  # the last pass left paced items for later: pass again in pacing.PACE_STEP_S
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
         self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
@@ -137,7 +138,7 @@ class Dispatcher:
             self.recover_lost_messages()
         if self._conn is not None:
             self._conn.process_data_events(time_limit=0)  # keep the AMQP heartbeat answered
-        self._wake.wait(self._poll_s)
+        self._wake.wait(pacing.PACE_STEP_S if self._paced_held else self._poll_s)
         self._wake.clear()
         self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
 
@@ -165,6 +166,7 @@ class Dispatcher:
     def pump(self) -> int:
         """One pass: publish up to CHUNK items within the window; how many were published."""
         settings = self.runtime.settings
+        self._paced_held = False
         with self.runtime.pool.connection() as conn, conn.transaction():
             if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
                 return 0
@@ -215,6 +217,8 @@ class Dispatcher:
             cut = self._paced_shares.split(policy_id, max(0, room[policy_id]),
                                            [b for b in batches if b["policy_id"] == policy_id])
             self._starts.spend(policy_id, sum(b["total"] - b["published_upto"] for b in cut))
+            self._paced_held |= sum(b["total"] for b in cut) < sum(b["total"] for b in batches
+                                                                   if b["policy_id"] == policy_id)
             kept += cut
         return kept
 

@@ -23,6 +23,10 @@ from app.pipeline.ratelimit import window_start
 CATCH_UP_S = 2.0  # a paced policy's items start at its share's rate: budget its windows released unused (before the
 # batch came, or while it waited) is carried this long at most, so a batch submitted mid-window does not start the
 # window's elapsed share in one burst (which delayed live calls of the policy meanwhile)
+PACE_STEP_S = 0.1  # ... and it is published in small steps: the dispatcher passes this often while a paced batch
+# waits, each pass publishing at most CATCH_UP_PACE steps of the rate (one pass a second published a second of
+# budget at once: 80 items reaching the worker threads together added 27 ms to the p99 of live calls beside them)
+CATCH_UP_PACE = 2.0  # carried budget is spent at most at this multiple of the steady rate
 
 
 def limit_capacity(limit: RateLimit, share: float, tokens_per_item: float | None) -> int | None:
@@ -54,10 +58,11 @@ def seconds_under(limit: RateLimit, items: int, share: float, used: int, now: fl
         return (end - now) + (math.ceil((items - left_now) / capacity) - 1) * window
     rate = capacity / window
     released = capacity * min(1.0, (now - start + RELEASE_LEAD_S) / window)
-    burst = min(max(0.0, released - used), rate * CATCH_UP_S)  # what StartBudget lets start at once
-    if items <= burst:
-        return 0.0
-    return max(0.0, used - released) / rate + (items - burst) / rate
+    carried = min(max(0.0, released - used), rate * CATCH_UP_S)  # what StartBudget carries, spent at CATCH_UP_PACE
+    caught_up = carried * CATCH_UP_PACE / (CATCH_UP_PACE - 1)  # items started by the time it is spent
+    if items <= caught_up:
+        return items / (rate * CATCH_UP_PACE)
+    return max(0.0, used - released) / rate + (items - carried) / rate
 
 
 def expected_seconds(policy: Policy, items: int, used: Mapping[UUID, int], now: float | None = None,
@@ -95,7 +100,8 @@ def steady_rate(policy: Policy, tokens_per_item: Callable[[UUID], float]) -> flo
 
 class StartBudget:
     """The dispatcher's even start of paced policies' items: per policy, a bucket filled at its steady rate and at
-    most CATCH_UP_S of it deep (the windows' own release still bounds what starts)."""
+    most CATCH_UP_S of it deep, spent in steps: a pass takes at most CATCH_UP_PACE * PACE_STEP_S of the rate (the
+    windows' own release still bounds what starts)."""
 
     def __init__(self) -> None:
         self._buckets: dict[UUID, tuple[float, float]] = {}  # policy id: (items it may start, when counted)
@@ -106,7 +112,7 @@ class StartBudget:
         tokens, since = self._buckets.get(policy_id, (depth, now))
         tokens = min(depth, tokens + max(0.0, now - since) * rate)
         self._buckets[policy_id] = (tokens, now)
-        return math.floor(tokens)
+        return min(math.floor(tokens), max(1, math.ceil(rate * PACE_STEP_S * CATCH_UP_PACE)))
 
     def spend(self, policy_id: UUID, items: int) -> None:
         """ITEMS of POLICY_ID were published to start."""
