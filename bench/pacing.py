@@ -31,6 +31,7 @@ P99_WITHIN_MS = 2.0
 FAILED_429 = 0.02
 RPS_OVER_KEY = 0.9
 PACED_LIVE_P99_WITHIN_MS = 5.0
+BURST_WINDOW_S = 0.1
 
 
 def pacing(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
@@ -125,7 +126,10 @@ def _paced_live(env: BenchEnv, sizes: Sizes, results: Results) -> None:
     finally:
         stop.set()
         live.join()
+    busiest = _busiest_starts(env, batch_id, BURST_WINDOW_S)
     env.forget_batch(batch_id)
+    results.add("pacedlive", f"{label}: batch items started in the busiest {BURST_WINDOW_S:g} s", busiest, "items",
+                baseline=rate * BURST_WINDOW_S, baseline_name=f"the share's {BURST_WINDOW_S:g} s")
     refused = sum(1 for status, _ in during + baseline if status != 200)
     results.add("pacedlive", f"{label}: refused (any status but 200)", refused, "", target=("<=", 0))
     times, base = [t for s, t in during if s == 200], [t for s, t in baseline if s == 200]
@@ -135,6 +139,18 @@ def _paced_live(env: BenchEnv, sizes: Sizes, results: Results) -> None:
                     baseline_name="live p99 with no batch")
         results.add("pacedlive", f"{label}: p50 with the batch minus without",
                     (statistics.median(times) - statistics.median(base)) * 1000, "ms")
+
+
+def _busiest_starts(env: BenchEnv, batch_id: str, window_s: float) -> int:
+    """The most items of BATCH_ID claimed within any WINDOW_S: how bursty its start was, whatever the machine's load."""
+    rows = env.conn.execute("SELECT extract(epoch FROM started_at)::float8 FROM batch_items WHERE batch_id = %s"
+                            " AND started_at IS NOT NULL ORDER BY started_at", (batch_id,)).fetchall()
+    starts, most, first = [float(r[0]) for r in rows], 0, 0
+    for last, at in enumerate(starts):
+        while at - starts[first] >= window_s:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
 
 
 def _live_calls(env: BenchEnv, per_min: int, seconds: float) -> list[tuple[int, float]]:
