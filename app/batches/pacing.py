@@ -100,24 +100,27 @@ def steady_rate(policy: Policy, tokens_per_item: Callable[[UUID], float]) -> flo
 
 class StartBudget:
     """The dispatcher's even start of paced policies' items: per policy, a bucket filled at its steady rate and at
-    most CATCH_UP_S of it deep, spent in steps: a pass takes at most CATCH_UP_PACE * PACE_STEP_S of the rate (the
-    windows' own release still bounds what starts)."""
+    most CATCH_UP_S of it deep, spent through a second one filled at CATCH_UP_PACE times the rate and one pass's
+    step deep (CATCH_UP_PACE * PACE_STEP_S of the rate): never more than a step at once, however often the
+    dispatcher passes (the windows' own release still bounds what starts)."""
 
     def __init__(self) -> None:
-        self._buckets: dict[UUID, tuple[float, float]] = {}  # policy id: (items it may start, when counted)
+        self._buckets: dict[UUID, tuple[float, float, float]] = {}  # policy id: (items it may start, of them at
+        # once, when counted)
 
     def allowance(self, policy_id: UUID, rate: float, now: float) -> int:
         """How many items of POLICY_ID may start now at RATE items a second."""
-        depth = max(1.0, rate * CATCH_UP_S)
-        tokens, since = self._buckets.get(policy_id, (depth, now))
-        tokens = min(depth, tokens + max(0.0, now - since) * rate)
-        self._buckets[policy_id] = (tokens, now)
-        return min(math.floor(tokens), max(1, math.ceil(rate * PACE_STEP_S * CATCH_UP_PACE)))
+        depth, step = max(1.0, rate * CATCH_UP_S), max(1.0, rate * PACE_STEP_S * CATCH_UP_PACE)
+        tokens, pace, since = self._buckets.get(policy_id, (depth, step, now))
+        elapsed = max(0.0, now - since)
+        tokens, pace = min(depth, tokens + elapsed * rate), min(step, pace + elapsed * rate * CATCH_UP_PACE)
+        self._buckets[policy_id] = (tokens, pace, now)
+        return math.floor(min(tokens, pace))
 
     def spend(self, policy_id: UUID, items: int) -> None:
         """ITEMS of POLICY_ID were published to start."""
-        tokens, since = self._buckets.get(policy_id, (0.0, 0.0))
-        self._buckets[policy_id] = (tokens - items, since)
+        tokens, pace, since = self._buckets.get(policy_id, (0.0, 0.0, 0.0))
+        self._buckets[policy_id] = (tokens - items, pace - items, since)
 
 
 def current_windows(conn: Connection[Any], limits: Sequence[RateLimit],

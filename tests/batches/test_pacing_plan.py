@@ -49,6 +49,19 @@ def test_passes_every_step_start_the_rate_plus_the_carry_never_more_than_a_step_
     assert max(started[-10:]) <= rate * PACE_STEP_S + 1
 
 
+def test_passes_however_frequent_never_start_more_than_a_step_at_once_nor_more_than_the_catch_up_pace() -> None:
+    budget, policy_id, rate = StartBudget(), uuid4(), 80.0
+    started = []
+    for n in range(101):  # a pass every 10 ms for a second (woken by submits and finishing items)
+        took = budget.allowance(policy_id, rate, 100.0 + n * 0.01)
+        budget.spend(policy_id, took)
+        started.append(took)
+    step = rate * PACE_STEP_S * CATCH_UP_PACE
+    assert max(started) <= step
+    assert sum(started) <= step + rate * CATCH_UP_PACE * 1.0 + 1
+    assert sum(started[-10:]) <= rate * CATCH_UP_PACE * PACE_STEP_S + 1  # the last 0.1 s: at the catch-up pace
+
+
 def test_a_batch_submitted_mid_window_is_expected_to_run_at_the_steady_rate_not_to_burst_first() -> None:
     start = 60.0 * 1_000_000
     took = seconds_under(PER_MINUTE, 20_000, 0.8, used=0, now=start + 30)
