@@ -128,16 +128,16 @@ def _paced_live(env: BenchEnv, sizes: Sizes, results: Results) -> None:
         live.join()
     busiest = _busiest_starts(env, batch_id, BURST_WINDOW_S)
     env.forget_batch(batch_id)
-    results.add("pacedlive", f"{label}: batch items started in the busiest {BURST_WINDOW_S:g} s", busiest, "items",
+    results.add("pacing", f"{label}: batch items started in the busiest {BURST_WINDOW_S:g} s", busiest, "items",
                 baseline=rate * BURST_WINDOW_S, baseline_name=f"the share's {BURST_WINDOW_S:g} s")
     refused = sum(1 for status, _ in during + baseline if status != 200)
-    results.add("pacedlive", f"{label}: refused (any status but 200)", refused, "", target=("<=", 0))
+    results.add("pacing", f"{label}: refused (any status but 200)", refused, "", target=("<=", 0))
     times, base = [t for s, t in during if s == 200], [t for s, t in baseline if s == 200]
     if times and base:
-        results.add("pacedlive", f"{label}: p99 with the batch minus without", (p99(times) - p99(base)) * 1000,
+        results.add("pacing", f"{label}: p99 with the batch minus without", (p99(times) - p99(base)) * 1000,
                     "ms", target=("<=", PACED_LIVE_P99_WITHIN_MS), baseline=p99(base) * 1000,
                     baseline_name="live p99 with no batch")
-        results.add("pacedlive", f"{label}: p50 with the batch minus without",
+        results.add("pacing", f"{label}: p50 with the batch minus without",
                     (statistics.median(times) - statistics.median(base)) * 1000, "ms")
 
 
