@@ -1,7 +1,8 @@
 """The outbox pump: publishes committed-but-unpublished items to RabbitMQ, a few items of one batch per message,
 keeping what is published but not final within a window sized from the workers' live concurrency. It runs as a
 thread in every worker process (one publishes at a time, under an advisory lock), woken by NOTIFY on submit and by
-local items finishing, and polling every second, so an API that died right after committing a batch loses nothing.
+local items finishing, and polling every second (every pacing.PACE_STEP_S while a paced batch waits for its
+budget), so an API that died right after committing a batch loses nothing.
 Publishing twice is harmless: the item claim dedupes.
 
 Order of work (fair share, planned by app/batches/scheduler.py): each pass splits the room in the window between
