@@ -16,7 +16,7 @@ from actors.delivery_worker import is_delivery_worker
 from actors.publisher import RabbitPublisher
 from app.batches import outbox
 from app.batches.dispatch import Dispatcher
-from app.batches.monitor import Heartbeat, Listener, Periodic, watchdog
+from app.batches.monitor import WATCHDOG_S, Heartbeat, Listener, Periodic, watchdog
 from app.batches.runner import WorkerContext
 from app.observability.metrics import start_worker_metrics_server
 from app.runtime import Runtime
@@ -58,7 +58,7 @@ class BatchWorkerBoot(Middleware):
         heartbeat.tick()  # registered before the first item is claimed
         threads: dict[str, Dispatcher | Listener | Periodic] = {
             "dispatcher": dispatcher, "listener": Listener(ctx, on_submit=dispatcher.wake), "heartbeat": heartbeat,
-            "watchdog": Periodic("relay-watchdog", 0.2, watchdog(ctx)),
+            "watchdog": Periodic("relay-watchdog", WATCHDOG_S, watchdog(ctx)),
         }
         for thread in threads.values():
             thread.start()

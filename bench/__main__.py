@@ -8,10 +8,10 @@ targets and baseline ratios (also written as JSON).
     .venv/bin/python -m bench --only live,slowclients --peer litellm   # the live scenarios beside LiteLLM
     .venv/bin/python -m bench --only soak --soak 10x100000   # the million-item soak (not in the default run)
 
-Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, files, objectstore,
-webhooks, hungwebhooks, pacedowners, tracing, soak (only when named: it runs for an hour at its full size). It uses
-its own database and RabbitMQ vhost (`relay_bench`, or --database; dropped at the end). Timings on a 2-core machine
-are noisy: compare ratios, not single times.
+Scenarios: accept, reads, live, slowclients, drain, ratelimit, slow, cancel, fairshare, pacing, pacedlive, files,
+objectstore, webhooks, hungwebhooks, pacedowners, tracing, soak (only when named: it runs for an hour at its full
+size). It uses its own database and RabbitMQ vhost (`relay_bench`, or --database; dropped at the end). Timings on a
+2-core machine are noisy: compare ratios, not single times.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cancel": batches.cancel,
     "fairshare": fairness.fair_share,
     "pacing": pacing.pacing,
+    "pacedlive": pacing.paced_live,
     "files": storage.files,
     "objectstore": objectstore.object_store,
     "webhooks": webhooks.webhooks,

@@ -6,17 +6,22 @@ that answers 429 past its own rate.
   rate_limited (target 0); live calls of the same policy at PACED_LIVE_PER_MIN meanwhile: 429s (target 0) and their
   p99 against the same calls with no batch running (target: within 2 ms);
 - backoff: RPS_ITEMS items on a key the fake upstream answers 429 past RPS_KEY_LIMIT calls a second: items that
-  failed on a 429 (target <= 2%) and the drain rate against the key's (target >= 0.9x)."""
+  failed on a 429 (target <= 2%) and the drain rate against the key's (target >= 0.9x).
+
+And pacedlive (issue #39): live calls of the paced policy, one every PACED_LIVE_EVERY_S on a PACED_LIVE_LATENCY_MS
+upstream, alone and then beside a paced PACED_LIVE_ITEMS-item batch of the same policy: their p99 with the batch
+minus without (target: within 5 ms) and the calls refused (target 0)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 
 import requests
 
-from bench.env import BenchEnv, batch_body, item_body
+from bench.env import KEYS, BenchEnv, batch_body, item_body
 from bench.live import Target, p99, post
 from bench.report import Results
 from bench.sizes import Sizes
@@ -25,6 +30,8 @@ PACED_OVER_SHARE = 0.95
 P99_WITHIN_MS = 2.0
 FAILED_429 = 0.02
 RPS_OVER_KEY = 0.9
+PACED_LIVE_P99_WITHIN_MS = 5.0
+BURST_WINDOW_S = 0.1
 
 
 def pacing(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
@@ -39,11 +46,11 @@ def _paced(env: BenchEnv, sizes: Sizes, results: Results) -> None:
     share = sizes.paced_share * sizes.paced_limit * 60 / sizes.paced_window_s  # batch items a minute
     label = (f"{sizes.paced_limit:,}/{sizes.paced_window_s}s, share {sizes.paced_share:g}, "
              f"{sizes.paced_items:,} items")
-    baseline = _live_calls(env, sizes, sizes.paced_live_baseline_s)
+    baseline = _live_calls(env, sizes.paced_live_per_min, sizes.paced_live_baseline_s)
     body, _ = batch_body(sizes.paced_items)
     stop = threading.Event()
     during: list[tuple[int, float]] = []
-    live = threading.Thread(target=lambda: during.extend(_live_until(env, sizes, stop)))
+    live = threading.Thread(target=lambda: during.extend(_live_until(env, sizes.paced_live_per_min, stop)))
     batch_id, _ = env.post_batch("paced", body)
     accepted = time.time()
     live.start()
@@ -90,17 +97,73 @@ def _backoff(env: BenchEnv, sizes: Sizes, results: Results) -> None:
                 target=(">=", RPS_OVER_KEY), baseline=float(sizes.rps_key_limit), baseline_name="the key's rate")
 
 
-def _live_calls(env: BenchEnv, sizes: Sizes, seconds: float) -> list[tuple[int, float]]:
+def paced_live(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """Live calls' tail beside a paced batch of their own policy, on a PACED_LIVE_LATENCY_MS upstream."""
+    processes, threads = sizes.drain_workers
+    env.start_workers(processes, threads)
+    env.upstream.control(KEYS["paced"], latency_ms=sizes.paced_live_latency_ms)
+    try:
+        for _ in range(repeat):
+            _paced_live(env, sizes, results)
+    finally:
+        env.upstream.control(KEYS["paced"], latency_ms=0)
+
+
+def _paced_live(env: BenchEnv, sizes: Sizes, results: Results) -> None:
+    per_min = round(60 / sizes.paced_live_every_s)
+    rate = sizes.paced_share * sizes.paced_limit / sizes.paced_window_s  # batch items a second
+    label = (f"{sizes.paced_limit:,}/{sizes.paced_window_s}s, share {sizes.paced_share:g}, "
+             f"{sizes.paced_live_latency_ms} ms upstream, {sizes.paced_live_items:,} paced items: live calls every "
+             f"{sizes.paced_live_every_s:g} s")
+    baseline = _live_calls(env, per_min, sizes.paced_live_items / rate)
+    stop = threading.Event()
+    during: list[tuple[int, float]] = []
+    live = threading.Thread(target=lambda: during.extend(_live_until(env, per_min, stop)))
+    batch_id, _ = env.post_batch("paced", batch_body(sizes.paced_live_items)[0])
+    live.start()
+    try:
+        env.wait_final(batch_id, sizes.paced_live_items, timeout=4 * sizes.paced_live_items / rate + 120)
+    finally:
+        stop.set()
+        live.join()
+    busiest = _busiest_starts(env, batch_id, BURST_WINDOW_S)
+    env.forget_batch(batch_id)
+    results.add("pacing", f"{label}: batch items started in the busiest {BURST_WINDOW_S:g} s", busiest, "items",
+                baseline=rate * BURST_WINDOW_S, baseline_name=f"the share's {BURST_WINDOW_S:g} s")
+    refused = sum(1 for status, _ in during + baseline if status != 200)
+    results.add("pacing", f"{label}: refused (any status but 200)", refused, "", target=("<=", 0))
+    times, base = [t for s, t in during if s == 200], [t for s, t in baseline if s == 200]
+    if times and base:
+        results.add("pacing", f"{label}: p99 with the batch minus without", (p99(times) - p99(base)) * 1000,
+                    "ms", target=("<=", PACED_LIVE_P99_WITHIN_MS), baseline=p99(base) * 1000,
+                    baseline_name="live p99 with no batch")
+        results.add("pacing", f"{label}: p50 with the batch minus without",
+                    (statistics.median(times) - statistics.median(base)) * 1000, "ms")
+
+
+def _busiest_starts(env: BenchEnv, batch_id: str, window_s: float) -> int:
+    """The most items of BATCH_ID claimed within any WINDOW_S: how bursty its start was, whatever the machine's load."""
+    rows = env.conn.execute("SELECT extract(epoch FROM started_at)::float8 FROM batch_items WHERE batch_id = %s"
+                            " AND started_at IS NOT NULL ORDER BY started_at", (batch_id,)).fetchall()
+    starts, most, first = [float(r[0]) for r in rows], 0, 0
+    for last, at in enumerate(starts):
+        while at - starts[first] >= window_s:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def _live_calls(env: BenchEnv, per_min: int, seconds: float) -> list[tuple[int, float]]:
     stop = threading.Event()
     threading.Timer(seconds, stop.set).start()
-    return _live_until(env, sizes, stop)
+    return _live_until(env, per_min, stop)
 
 
-def _live_until(env: BenchEnv, sizes: Sizes, stop: threading.Event) -> list[tuple[int, float]]:
-    """Live calls of the paced policy at PACED_LIVE_PER_MIN until STOP: (status, seconds) of each."""
+def _live_until(env: BenchEnv, per_min: int, stop: threading.Event) -> list[tuple[int, float]]:
+    """Live calls of the paced policy at PER_MIN a minute until STOP: (status, seconds) of each."""
     target = (f"{env.api_url}/v1/chat/completions", env.keys["paced"])
     body = json.dumps(item_body(0)).encode()
-    every = 60.0 / sizes.paced_live_per_min
+    every = 60.0 / per_min
     found: list[tuple[int, float]] = []
     with requests.Session() as session:
         post(session, Target(f"{env.api_url}/v1/chat/completions", env.keys["fast"]), body)  # warm the connection

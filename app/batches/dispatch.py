@@ -2,7 +2,8 @@
 publisher.py; RabbitMQ's, built by the worker: actors/publisher.py), a few items of one batch per message,
 keeping what is published but not final within a window sized from the workers' live concurrency. It runs as a
 thread in every worker process (one publishes at a time, under an advisory lock), woken by NOTIFY on submit and by
-local items finishing, and polling every second, so an API that died right after committing a batch loses nothing.
+local items finishing, and polling every second (every pacing.PACE_STEP_S while a paced batch waits for its
+budget), so an API that died right after committing a batch loses nothing.
 Publishing twice is harmless: the item claim dedupes.
 
 Order of work (fair share, planned by app/batches/scheduler.py): each pass splits the room in the window between
@@ -62,6 +63,7 @@ class Dispatcher:
         self._passes = 0
         self._starts = pacing.StartBudget()  # paced policies' items published at their share's rate
         self._paced_shares = PacedShares()  # ... and split fairly between the owners waiting on each
+        self._paced_held = False  # the last pass left paced items for later: pass again in pacing.PACE_STEP_S
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
         self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
@@ -108,7 +110,7 @@ class Dispatcher:
             self._next_recovery = time.monotonic() + RECOVER_EVERY_S
             self.recover_lost_messages()
         self.publisher.idle()  # e.g. keep the AMQP heartbeat answered
-        self._wake.wait(self._poll_s)
+        self._wake.wait(pacing.PACE_STEP_S if self._paced_held else self._poll_s)
         self._wake.clear()
         self._stop.wait(0.01)  # let a burst of wake-ups coalesce into one pass
 
@@ -136,6 +138,7 @@ class Dispatcher:
     def pump(self) -> int:
         """One pass: publish up to CHUNK items within the window; how many were published."""
         settings = self.runtime.settings
+        self._paced_held = False
         with self.runtime.pool.connection() as conn, conn.transaction():
             if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
                 return 0
@@ -186,6 +189,8 @@ class Dispatcher:
             cut = self._paced_shares.split(policy_id, max(0, room[policy_id]),
                                            [b for b in batches if b["policy_id"] == policy_id])
             self._starts.spend(policy_id, sum(b["total"] - b["published_upto"] for b in cut))
+            self._paced_held |= sum(b["total"] for b in cut) < sum(b["total"] for b in batches
+                                                                   if b["policy_id"] == policy_id)
             kept += cut
         return kept
 

@@ -22,6 +22,8 @@ log = logging.getLogger("relay.batches.monitor")
 
 REAPER_LOCK = 0x5E1A7B02  # advisory lock: one reaper at a time
 TIME_LIMIT_GRACE_S = 30.0  # the reaper fails a running item this long after its limit (its owner is stuck)
+WATCHDOG_S = 0.2  # how often the watchdog looks for items past their deadline
+PAUSE_AFTER_S = 1.0  # a watchdog tick this late means the process was paused (watchdog())
 CANCEL_POLL_S = 2.0  # how often running items are checked against cancelled batches (NOTIFY can be missed)
 
 
@@ -148,11 +150,23 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
     return done
 
 
-def watchdog(ctx: WorkerContext) -> Callable[[], None]:
-    """The watchdog tick: shut the sockets of items past their deadline (a blocked recv ignores async raises)."""
+def watchdog(ctx: WorkerContext, interval: float = WATCHDOG_S,
+             clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:
+    """The watchdog tick (every INTERVAL): shut the sockets of items past their deadline (a blocked recv ignores
+    async raises). A tick that comes PAUSE_AFTER_S or more late finds the process was paused (SIGSTOP, a paused VM,
+    a long GC): the item time limit counts the time the worker runs, so the deadlines move by the pause, and an
+    answer the upstream gave meanwhile is read and kept, not thrown away as `time_limit_exceeded` on resume."""
+    last = [clock()]
 
     def tick() -> None:
-        ctx.registry.interrupt_overdue()
+        now = clock()
+        late = now - last[0] - interval
+        last[0] = now
+        if late >= PAUSE_AFTER_S:
+            log.warning("worker %s was paused for %.1fs: its running items' time limits move by as much",
+                        ctx.worker_id, late)
+            ctx.registry.postpone(late)
+        ctx.registry.interrupt_overdue(now)
 
     return tick
 

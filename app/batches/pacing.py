@@ -23,6 +23,10 @@ from app.pipeline.ratelimit import window_start
 CATCH_UP_S = 2.0  # a paced policy's items start at its share's rate: budget its windows released unused (before the
 # batch came, or while it waited) is carried this long at most, so a batch submitted mid-window does not start the
 # window's elapsed share in one burst (which delayed live calls of the policy meanwhile)
+PACE_STEP_S = 0.1  # ... and it is published in small steps: the dispatcher passes this often while a paced batch
+# waits, each pass publishing at most CATCH_UP_PACE steps of the rate (one pass a second published a second of
+# budget at once: 80 items reaching the worker threads together added 27 ms to the p99 of live calls beside them)
+CATCH_UP_PACE = 2.0  # carried budget is spent at most at this multiple of the steady rate
 
 
 def limit_capacity(limit: RateLimit, share: float, tokens_per_item: float | None) -> int | None:
@@ -54,10 +58,11 @@ def seconds_under(limit: RateLimit, items: int, share: float, used: int, now: fl
         return (end - now) + (math.ceil((items - left_now) / capacity) - 1) * window
     rate = capacity / window
     released = capacity * min(1.0, (now - start + RELEASE_LEAD_S) / window)
-    burst = min(max(0.0, released - used), rate * CATCH_UP_S)  # what StartBudget lets start at once
-    if items <= burst:
-        return 0.0
-    return max(0.0, used - released) / rate + (items - burst) / rate
+    carried = min(max(0.0, released - used), rate * CATCH_UP_S)  # what StartBudget carries, spent at CATCH_UP_PACE
+    caught_up = carried * CATCH_UP_PACE / (CATCH_UP_PACE - 1)  # items started by the time it is spent
+    if items <= caught_up:
+        return items / (rate * CATCH_UP_PACE)
+    return max(0.0, used - released) / rate + (items - carried) / rate
 
 
 def expected_seconds(policy: Policy, items: int, used: Mapping[UUID, int], now: float | None = None,
@@ -95,23 +100,27 @@ def steady_rate(policy: Policy, tokens_per_item: Callable[[UUID], float]) -> flo
 
 class StartBudget:
     """The dispatcher's even start of paced policies' items: per policy, a bucket filled at its steady rate and at
-    most CATCH_UP_S of it deep (the windows' own release still bounds what starts)."""
+    most CATCH_UP_S of it deep, spent through a second one filled at CATCH_UP_PACE times the rate and one pass's
+    step deep (CATCH_UP_PACE * PACE_STEP_S of the rate): never more than a step at once, however often the
+    dispatcher passes (the windows' own release still bounds what starts)."""
 
     def __init__(self) -> None:
-        self._buckets: dict[UUID, tuple[float, float]] = {}  # policy id: (items it may start, when counted)
+        self._buckets: dict[UUID, tuple[float, float, float]] = {}  # policy id: (items it may start, of them at
+        # once, when counted)
 
     def allowance(self, policy_id: UUID, rate: float, now: float) -> int:
         """How many items of POLICY_ID may start now at RATE items a second."""
-        depth = max(1.0, rate * CATCH_UP_S)
-        tokens, since = self._buckets.get(policy_id, (depth, now))
-        tokens = min(depth, tokens + max(0.0, now - since) * rate)
-        self._buckets[policy_id] = (tokens, now)
-        return math.floor(tokens)
+        depth, step = max(1.0, rate * CATCH_UP_S), max(1.0, rate * PACE_STEP_S * CATCH_UP_PACE)
+        tokens, pace, since = self._buckets.get(policy_id, (depth, step, now))
+        elapsed = max(0.0, now - since)
+        tokens, pace = min(depth, tokens + elapsed * rate), min(step, pace + elapsed * rate * CATCH_UP_PACE)
+        self._buckets[policy_id] = (tokens, pace, now)
+        return math.floor(min(tokens, pace))
 
     def spend(self, policy_id: UUID, items: int) -> None:
         """ITEMS of POLICY_ID were published to start."""
-        tokens, since = self._buckets.get(policy_id, (0.0, 0.0))
-        self._buckets[policy_id] = (tokens - items, since)
+        tokens, pace, since = self._buckets.get(policy_id, (0.0, 0.0, 0.0))
+        self._buckets[policy_id] = (tokens - items, pace - items, since)
 
 
 def current_windows(conn: Connection[Any], limits: Sequence[RateLimit],

@@ -67,6 +67,12 @@ class ItemRegistry:
             item.interrupter.interrupt(reason)
         return len(items)
 
+    def postpone(self, seconds: float) -> None:
+        """Move every deadline SECONDS later: the process was paused that long (its items did not run meanwhile)."""
+        with self._lock:
+            for item in self._items.values():
+                item.deadline += seconds
+
     def interrupt_overdue(self, now: float | None = None) -> int:
         """Stop every item past its deadline with reason "time_limit"; how many there were."""
         now = time.monotonic() if now is None else now

@@ -24,8 +24,8 @@ from psycopg_pool import PoolTimeout
 
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
-from app.batches import budget, capped, outcomes, store
-from app.batches.finals import final_of, finalize_now, item_event
+from app.batches import capped, outcomes, store, unclaimed
+from app.batches.finals import item_event
 from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
 from app.db import autocommit
@@ -179,8 +179,8 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
             if found is None:
                 get_limiter(ctx.runtime).give_back(admitted)
                 if refused is not None:
-                    return _end_unrun(ctx, batch_id, idx, refused), None
-                return settle_unclaimed(ctx, batch_id, idx, own_claim_unknown=retried), None
+                    return unclaimed.end_unrun(ctx.runtime, ctx.worker_id, batch_id, idx, refused), None
+                return unclaimed.settle(ctx.runtime, ctx.worker_id, batch_id, idx, own_claim_unknown=retried), None
             row = found
         item = _claimed(row, idx)
         deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s
@@ -314,8 +314,8 @@ def _call(ctx: WorkerContext, item: ClaimedItem, call: InferenceCall, interrupte
             raise cooling from exc
         return _Ending(_stopped(interrupter) or outcomes.pipeline_rejection(exc), call.pending)
     stopped = _stopped(interrupter)
-    if stopped is not None:
-        return _Ending(stopped, call.pending)
+    if stopped is not None and not (interrupter.reason == "time_limit" and 200 <= result.status < 300):
+        return _Ending(stopped, call.pending)  # an answer read whole is kept, though the limit fell meanwhile
     if not 200 <= result.status < 300:
         return _Ending(outcomes.upstream_error(result.status), call.pending)
     return _store_response(ctx, item, result.body or b"", call.pending)
@@ -373,45 +373,6 @@ def unsynced(final: ItemFinal, exc: Exception) -> ItemFinal:
     outcome = outcomes.store_failed(exc if isinstance(exc, RelayError) else PayloadStoreUnavailable(message=str(exc)))
     final.record.event.status, final.record.event.error_code = outcome.status, outcome.error_code
     return replace(final, state=outcome.state, error=outcome.error, error_code=outcome.error_code, response=None)
-
-
-def settle_unclaimed(ctx: WorkerContext, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:
-    """A message whose item could not be claimed: cancel it, discard it as worker lost or over its batch's spend cap
-    (with every other queued item of the batch), or do nothing.
-
-    OWN_CLAIM_UNKNOWN: an earlier attempt of this claim failed, so an item running under this worker's id may be
-    that attempt having committed unseen. It is discarded, never run: whether it ran is not known for sure.
-    """
-    with ctx.runtime.pool.connection() as conn:
-        row = store.item_status(conn, batch_id, idx, ctx.runtime.settings.worker_lost_after_s)
-    if row is None:
-        return "unknown"
-    if row["state"] == "queued" and row["batch_status"] == "cancelled":
-        outcome, source, owner = outcomes.cancelled_queued(), "queued", None
-    elif row["state"] == "queued" and row["batch_expired"]:
-        outcome, source, owner = outcomes.expired_for(row["api"]), "queued", None
-    elif row["state"] == "queued" and row["over_budget"]:  # the spend cap: none of its queued items starts
-        return "discarded" if budget.discard_unstarted(ctx.runtime, batch_id) else "duplicate"
-    elif row["state"] == "running" and row["worker_id"] == ctx.worker_id and own_claim_unknown:
-        outcome, source, owner = outcomes.claim_interrupted(), "running", ctx.worker_id
-    elif row["state"] == "running" and row["owner_lost"] and row["worker_id"] != ctx.worker_id:
-        outcome, source, owner = outcomes.worker_lost(), "running", row["worker_id"]
-    else:
-        return "duplicate"
-    done = finalize_now(ctx.runtime, [final_of(row, idx, outcome, from_state=source, owner=owner)],
-                        counter=ctx.worker_id)
-    return outcome.state if done else "duplicate"
-
-
-def _end_unrun(ctx: WorkerContext, batch_id: UUID, idx: int, outcome: Outcome) -> str:
-    """A queued item → OUTCOME without running (a hard cap's refusal), with its usage event; the state, or
-    "duplicate" if it had moved on."""
-    with ctx.runtime.pool.connection() as conn:
-        row = store.item_status(conn, batch_id, idx, ctx.runtime.settings.worker_lost_after_s)
-    if row is None or row["state"] != "queued":
-        return "duplicate"
-    done = finalize_now(ctx.runtime, [final_of(row, idx, outcome, from_state="queued")], counter=ctx.worker_id)
-    return outcome.state if done else "duplicate"
 
 
 def _claimed(row: dict[str, Any], idx: int) -> ClaimedItem:

@@ -9,7 +9,8 @@ the dispatcher (app/batches/dispatch.py, which publishes what this plans).
   virtual time, an owner that starts waiting joining at the lowest of those waiting, with no credit for the
   time it did not wait).
 - **How fast** is app/batches/pacing.py: what a paced policy's limits let start now (`publishable`), at its share's
-  steady rate (`StartBudget`: never a burst a live caller feels).
+  steady rate in steps of PACE_STEP_S (`StartBudget`: never a burst a live caller feels; the dispatcher passes
+  that often while a paced batch waits, and each step is split between the owners here).
 - **By when**: pacing.py's `expected_seconds`; the batch object and the estimate say `past_deadline` when that is
   after the batch's `completion_window`.
 """

@@ -88,8 +88,8 @@ def test_a_worker_frozen_while_it_leads_the_dispatcher_does_not_stall_the_others
         os.kill(frozen, signal.SIGCONT)
     assert during >= 200, f"only {during} items became final in {FROZEN_S:.0f}s while one worker was frozen"
     accounting = stack.account(key, batch_id, "freeze", ITEMS, timeout=180)
-    # The frozen worker's running items, at most: it keeps them while its session lives (a pause is not a death),
-    # and those it holds past the item time limit end `time_limit_exceeded` when it resumes (or `worker_lost`, should
-    # Postgres end its session meanwhile).
+    # It keeps its running items while its session lives (a pause is not a death), and the item time limit (10 s
+    # here) counts the time it runs, not the 15 s pause: their answers, there when it resumes, are kept (they ended
+    # `time_limit_exceeded` before). Only should Postgres end its session meanwhile would they be `worker_lost`.
     codes = accounting.error_codes()
-    assert set(codes) <= {"worker_lost", "time_limit_exceeded"} and sum(codes.values()) <= THREADS, codes
+    assert set(codes) <= {"worker_lost"} and sum(codes.values()) <= THREADS, codes
