@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
@@ -11,10 +12,22 @@ from schemas.catalog import PRINTABLE
 from schemas.durations import DurationError, parse_duration
 from schemas.webhooks import CallbackSchema
 
+
+class ItemState(StrEnum):
+    """A batch item's state: queued → running → one of the final three (or queued → final: cancelled, discarded).
+    Every transition is app/batches/lifecycle.py's; the API contract reads the names here."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DISCARDED = "discarded"
+    CANCELLED = "cancelled"
+
+
 # The one list of each: an item's states (active, then final), a batch's statuses; shapes are the adapters'.
-ACTIVE_STATES = ("queued", "running")
-FINAL_STATES = ("completed", "discarded", "cancelled")
-ITEM_STATES = (*ACTIVE_STATES, *FINAL_STATES)
+ACTIVE_STATES: tuple[str, ...] = (ItemState.QUEUED, ItemState.RUNNING)
+FINAL_STATES: tuple[str, ...] = (ItemState.COMPLETED, ItemState.DISCARDED, ItemState.CANCELLED)
+ITEM_STATES: tuple[str, ...] = (*ACTIVE_STATES, *FINAL_STATES)
 BATCH_STATUSES = ("queued", "cancelled")
 MAX_ITEMS_PAGE = 1000
 MAX_BATCHES_PAGE = 100

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from app.batches import store
+from app.batches import lifecycle, store
 from app.payload_backends import payload_store
 from app.runtime import Runtime
 
@@ -33,7 +33,7 @@ def purge_batches(runtime: Runtime, finished_before: datetime, *, dry_run: bool 
     """Delete the batches finished before FINISHED_BEFORE, then the folders of batches that no longer exist."""
     report = PurgeReport()
     with runtime.pool.connection() as conn:
-        store.finish_batches(conn)  # settled batches nobody read since get their finished_at first
+        lifecycle.finish_batches(conn)  # settled batches nobody read since get their finished_at first
         if dry_run:
             counts = store.count_batches_finished_before(conn, finished_before)
             report.batches, report.items = int(counts["batches"]), int(counts["items"])

@@ -14,7 +14,7 @@ import psycopg
 
 from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
-from app.batches import budget, outbox, pacing, store
+from app.batches import budget, lifecycle, outbox, pacing, store
 from app.batches.errors import (
     BatchAlreadyFinished,
     BatchBodyTooLarge,
@@ -187,8 +187,7 @@ def batch_object(runtime: Runtime, row: dict[str, Any], *, state: str | None = N
     """get_batch of a batch row already read (find_batch)."""
     with runtime.pool.connection() as conn:
         counts, cost = store.progress(conn, row["id"], row["total"])
-        if row["finished_at"] is None and _all_final(counts):
-            row["finished_at"] = store.finish_batch(conn, row["id"])
+        lifecycle.end_if_final(conn, row, counts)
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1,
                                  custom_id=custom_id) if limit else []
         names = store.attribution_names(conn, row)
@@ -255,7 +254,7 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
             cancel_queued(conn, row)
             store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
         with conn.transaction():
-            store.finish_batch(conn, row["id"])
+            lifecycle.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
         counts, cost = store.progress(conn, row["id"], row["total"])
         usage = _usages(conn, [fresh])

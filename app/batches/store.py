@@ -6,7 +6,7 @@ Item rows change only in columns no index covers, so their updates stay HOT: cou
 Lock order, to stay free of deadlocks: cancel locks the batch row, then its queued items; a claim or a final state
 locks one item and this process's progress row; finished_at is set afterwards (by the group commit that makes the
 last item final, which locks the batch row only then, on read, or by the reaper), so items of one batch never queue
-on its row. Setting finished_at records the batch's webhook event in the same transaction (app/webhooks/events.py).
+on its row. Every write of an item's state, and a batch's end with its hooks, is `lifecycle.py`'s.
 Dispatcher, heartbeat and reaper SQL is in `outbox.py`.
 """
 
@@ -21,8 +21,6 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
-from app.webhooks.events import record_ended
-from app.webhooks.store import ENDED_COLUMNS
 from schemas.batch_ids import parse_batch_id
 from schemas.batches import ITEM_STATES
 
@@ -306,52 +304,6 @@ def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[
 # A capped batch whose items' recorded cost reached its cap (on `batches b`): its items not started yet never start.
 OVER_BUDGET = ("b.max_cost_nanos <= (SELECT coalesce(sum(p.cost_nanos), 0) FROM batch_progress p"
                " WHERE p.batch_id = b.id)")
-# What a hard-capped batch has spent or holds: the recorded cost of its final items plus the bounds its running items
-# reserved (a final swaps its item's bound for its cost, never more: the sum only shrinks between claims).
-_COMMITTED = ("(SELECT coalesce(sum(p.cost_nanos + p.reserved_nanos), 0) FROM batch_progress p"
-              " WHERE p.batch_id = b.id)")
-HARD = "b.max_cost_mode = 'hard'"
-_CLAIM = f"""
-WITH claimed AS (
-    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now(),
-           reserved_nanos = %(bound)s::bigint FROM batches b
-    WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
-      AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
-      AND (b.max_cost_nanos IS NULL
-           OR (b.max_cost_mode IS DISTINCT FROM 'hard' AND NOT ({OVER_BUDGET}))
-           OR ({HARD} AND %(bound)s::bigint IS NOT NULL AND %(bound)s::bigint + {_COMMITTED} <= b.max_cost_nanos))
-    RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
-              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
-), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running, reserved_nanos)
-    SELECT id, %(counter)s, 1, coalesce(%(bound)s::bigint, 0) FROM claimed
-    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + 1,
-        reserved_nanos = p.reserved_nanos + excluded.reserved_nanos
-)
-SELECT * FROM claimed
-"""
-
-
-def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None,
-               bound: int | None = None) -> Row | None:
-    """queued → running for WORKER_ID unless the batch is cancelled, past its deadline or at its spend cap (counted
-    in COUNTER's progress row, by default the worker's own; rows of one batch are only ever summed, so a claim may
-    count in one row and the final state in another); the batch row (+ item model) or None.
-
-    A hard-capped batch's item is claimed only with its cost BOUND (nano-dollars), reserved with the claim when it
-    fits under the cap beside what is spent and reserved; claims of one such batch must be made one at a time
-    (claim_reserved), or two could each find room for one."""
-    return conn.execute(_CLAIM, {"worker": worker_id, "batch_id": batch_id, "idx": idx,  # type: ignore[no-any-return]
-                                 "counter": worker_id if counter is None else counter, "bound": bound}).fetchone()
-
-
-def claim_reserved(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str, bound: int) -> Row | None:
-    """claim_item of a hard-capped batch's item with its cost BOUND, in its own transaction, after the batch's claim
-    lock: the claim statement then sees every reservation committed before it. Only claims take the lock, and take
-    no other lock before it, so it never joins a deadlock."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"relay-cap:{batch_id}",))
-        return claim_item(conn, batch_id, idx, worker_id, counter, bound)
 
 
 def cap_room(conn: Conn, batch_id: UUID) -> Row | None:
@@ -360,32 +312,6 @@ def cap_room(conn: Conn, batch_id: UUID) -> Row | None:
         "SELECT b.max_cost_nanos AS cap, coalesce(sum(p.cost_nanos), 0) AS spent,"
         " coalesce(sum(p.reserved_nanos), 0) AS reserved FROM batches b LEFT JOIN batch_progress p"
         " ON p.batch_id = b.id WHERE b.id = %s GROUP BY b.id", (batch_id,)).fetchone()
-
-
-_CLAIM_MANY = """
-WITH wanted AS (SELECT * FROM unnest(%(batch_ids)s::uuid[], %(idxs)s::int[]) AS w(batch_id, idx)),
-claimed AS (
-    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b, wanted w
-    WHERE i.batch_id = w.batch_id AND i.idx = w.idx AND i.state = 'queued' AND b.id = i.batch_id
-      AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
-      AND b.max_cost_mode IS DISTINCT FROM 'hard'
-    RETURNING i.idx, b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
-              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
-), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running) SELECT id, %(counter)s, count(*) FROM claimed
-    GROUP BY id ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running
-)
-SELECT * FROM claimed
-"""
-
-
-def claim_items(conn: Conn, keys: Sequence[tuple[UUID, int]], worker_id: str, counter: str) -> dict[tuple[UUID, int],
-                                                                                                   Row]:
-    """claim_item for several items at once (the next items of messages, claimed with their predecessors' final
-    states): the claimed ones' rows by (batch id, idx)."""
-    rows = conn.execute(_CLAIM_MANY, {"batch_ids": [k[0] for k in keys], "idxs": [k[1] for k in keys],
-                                      "worker": worker_id, "counter": counter}).fetchall()
-    return {(row["id"], row["idx"]): row for row in rows}
 
 
 def own_unseen_claim(conn: Conn, batch_id: UUID, idx: int, worker_id: str, within_s: float) -> Row | None:
@@ -440,39 +366,6 @@ def lock_batch(conn: Conn, batch_id: UUID) -> Row | None:
     """The batch row, locked for the transaction (as cancel locks it before its queued items)."""
     return conn.execute(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = %s FOR UPDATE",  # type: ignore[no-any-return]
                         (batch_id,)).fetchone()
-
-
-_FINISHED = ("finished_at IS NULL AND total <= (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0)"
-             " FROM batch_progress p WHERE p.batch_id = b.id)")
-_LAST_FINISH = "coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id), now())"
-
-
-def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
-    """Record finished_at (the last item's finish time) once every item is final, with the batch's webhook event;
-    None if not yet."""
-    ended = _finish(conn, _LAST_FINISH, "id = %s", (batch_id,))
-    return ended[0]["finished_at"] if ended else None
-
-
-def finish_batches(conn: Conn) -> int:
-    """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
-    return len(_finish(conn, _LAST_FINISH, "true", ()))
-
-
-def finish_batches_now(conn: Conn, batch_ids: Sequence[UUID]) -> int:
-    """finish_batch for BATCH_IDS, finished now: the group commit that makes their last items final (this
-    transaction's time is their last item's)."""
-    return len(_finish(conn, "now()", "id = ANY(%s)", (list(batch_ids),)))
-
-
-def _finish(conn: Conn, finished_at: str, where: str, params: Sequence[Any]) -> list[Row]:
-    """Set finished_at (the SQL FINISHED_AT) on the batches matching WHERE whose items are all final, and record
-    their webhook events in the same transaction; the batches that ended."""
-    ended = conn.execute(f"UPDATE batches b SET finished_at = {finished_at} WHERE {where} AND {_FINISHED}"
-                         f" RETURNING {ENDED_COLUMNS}", params).fetchall()
-    if ended:
-        record_ended(conn, ended)
-    return ended  # type: ignore[no-any-return]
 
 
 # -- Operator reads (admin routes): every owner's batches, and the workers' heartbeats. -------------------------

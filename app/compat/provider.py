@@ -13,7 +13,7 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import service, store
+from app.batches import lifecycle, service, store
 from app.batches.errors import BatchAlreadyFinished, BatchNotFound, InvalidBatch
 from app.batches.origin import BatchOrigin, Rerun
 from app.batches.service import ResultItem
@@ -120,7 +120,5 @@ def _counted(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> dict[UUID, d
     counts = store.counts_by_batch(conn, rows)
     for row in rows:
         found = counts[row["id"]]
-        if row["finished_at"] is None and not found["queued"] and not found["running"]:
-            with conn.transaction():
-                row["finished_at"] = store.finish_batch(conn, row["id"])
+        lifecycle.end_if_final(conn, row, found)
     return counts
