@@ -67,3 +67,35 @@ def test_the_rule_reads_sql_in_every_spelling_of_a_state_write(tmp_path: Path) -
         'F = "COPY batch_items (batch_id, idx, model) FROM STDIN"\n'
         'G = "UPDATE batches SET status = \'cancelled\', state = 1"\n')
     assert len(state_writes(sample)) == 4
+
+
+_API_NAMES = {"openai", "anthropic", "relay"}
+
+
+def api_branches(path: Path) -> list[int]:
+    """Lines of PATH that compare a batch's `api` (a `[...]["api"]` or a name `api`) with an API's name."""
+    def is_api(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "api") or (
+            isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "api")
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = any(isinstance(o, ast.Constant) and o.value in _API_NAMES for o in operands)
+            if named and any(is_api(o) for o in operands):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_engine_and_the_webhooks_never_branch_on_the_api_that_created_a_batch() -> None:
+    sources = [p for package in ("batches", "webhooks") for p in (ROOT / "app" / package).rglob("*.py")]
+    branches = {str(p.relative_to(ROOT)): lines for p in sources if (lines := api_branches(p))}
+    assert branches == {}
+
+
+def test_the_api_rule_sees_a_branch_on_the_api(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('a = batch["api"] == "openai"\nb = "anthropic" != row["api"]\nc = api == "relay"\n'
+                      'd = shape == "openai"\ne = batch["api"] == other\n')
+    assert api_branches(sample) == [1, 2, 3]
