@@ -38,6 +38,7 @@ BATCH_COLUMNS = (
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"
     " expires_at, max_cost_nanos, max_cost_mode, rerun_of, original_id, endpoint, input_file_id"
 )  # api: the API that created the batch (relay, openai, anthropic), whose view reads it by default
+ALL_COLUMNS = ", ".join("e." + name.strip() for name in BATCH_COLUMNS.split(","))  # of `batches e`
 
 
 def insert_batch(conn: Conn, batch: Row) -> Row:
@@ -181,7 +182,7 @@ def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None
     if before is not None:
         clauses.append("(e.created_at, e.id) < (%s, %s)")
         params.extend(before)
-    sql = (f"SELECT {_ALL_COLUMNS} FROM batches e WHERE {' AND '.join(clauses)}"
+    sql = (f"SELECT {ALL_COLUMNS} FROM batches e WHERE {' AND '.join(clauses)}"
            " ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
     return conn.execute(sql, [*params, limit]).fetchall()
 
@@ -253,7 +254,7 @@ def list_batches_of_api(conn: Conn, owner: str, api: str, *, after: UUID | None,
     cursor = after or before
     params: dict[str, Any] = {"owner": owner, "api": api, "cursor": cursor, "limit": limit}
     newer = before is not None
-    sql = f"SELECT {_ALL_COLUMNS} FROM batches e WHERE e.owner = %(owner)s AND e.api = %(api)s"
+    sql = f"SELECT {ALL_COLUMNS} FROM batches e WHERE e.owner = %(owner)s AND e.api = %(api)s"
     if cursor is not None:
         sql += (f" AND (e.created_at, e.id) {'>' if newer else '<'} (SELECT created_at, id FROM batches"
                 " WHERE id = %(cursor)s AND owner = %(owner)s)")
@@ -366,96 +367,6 @@ def lock_batch(conn: Conn, batch_id: UUID) -> Row | None:
     """The batch row, locked for the transaction (as cancel locks it before its queued items)."""
     return conn.execute(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = %s FOR UPDATE",  # type: ignore[no-any-return]
                         (batch_id,)).fetchone()
-
-
-# -- Operator reads (admin routes): every owner's batches, and the workers' heartbeats. -------------------------
-
-def list_all_batches(conn: Conn, *, before: tuple[datetime, UUID] | None, limit: int, principal: str | None = None,
-                     credential: UUID | None = None, policy: str | None = None, created_from: datetime | None = None,
-                     created_to: datetime | None = None, status: str | None = None,
-                     finished: bool | None = None, search: str | None = None) -> list[Row]:
-    """Batches of every owner matching the filters (all combined with AND), newest first, strictly older than
-    BEFORE; each with its policy and principal names. PRINCIPAL and POLICY take a name or an id."""
-    from app.usage.store import PRINCIPAL_NAME, name_or_id_clause, principal_clause  # the usage filters' rules
-
-    clauses, params = state_clauses(status=status, finished=finished, search=search)
-    clauses.insert(0, "true")
-    for clause, value in (("e.credential_id = %s", credential), ("e.created_at >= %s", created_from),
-                          ("e.created_at < %s", created_to)):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    named = [principal_clause(principal) if principal is not None else None,
-             name_or_id_clause("policy_id", "policies", policy) if policy is not None else None]
-    for clause, values in filter(None, named):
-        clauses.append(clause)
-        params += values
-    if before is not None:
-        clauses.append("(e.created_at, e.id) < (%s, %s)")
-        params.extend(before)
-    sql = (f"SELECT {_ALL_COLUMNS}, (SELECT name FROM policies WHERE id = e.policy_id) AS policy, {PRINCIPAL_NAME}"
-           f" FROM batches e WHERE {' AND '.join(clauses)} ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
-    return conn.execute(sql, [*params, limit]).fetchall()
-
-
-_ALL_COLUMNS = ", ".join("e." + name.strip() for name in BATCH_COLUMNS.split(","))
-
-
-def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
-    """Every worker process with a heartbeat row, newest first: whether it is alive (heard from within
-    LOST_AFTER_S), seconds since its last heartbeat (by the database's clock) and how many items it runs."""
-    return conn.execute(
-        "SELECT w.id, w.hostname, w.pid, w.started_at, w.last_seen,"
-        " w.last_seen >= now() - make_interval(secs => %s) AS alive,"
-        " extract(epoch FROM now() - w.last_seen)::float8 AS seen_ago_s,"
-        " (SELECT count(*) FROM batches b JOIN batch_items i ON i.batch_id = b.id WHERE b.finished_at IS NULL"
-        " AND i.state = 'running' AND i.worker_id = w.id) AS running"
-        " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()
-
-def waiting_items(conn: Conn) -> Row:
-    """Items of unfinished batches still queued, and how many of them the dispatcher has not published yet (they
-    wait in Postgres, not in RabbitMQ, whose queue holds only the dispatch window's messages)."""
-    row = conn.execute(
-        "SELECT coalesce(sum(b.total - coalesce(p.started, 0)), 0)::bigint AS queued,"
-        " coalesce(sum(greatest(0, b.total - b.published_upto)) FILTER (WHERE b.status = 'queued'), 0)::bigint"
-        " AS unpublished FROM batches b LEFT JOIN LATERAL (SELECT sum(g.running + g.completed + g.discarded"
-        " + g.cancelled) AS started FROM batch_progress g WHERE g.batch_id = b.id) p ON true"
-        " WHERE b.finished_at IS NULL").fetchone()
-    assert row is not None
-    return row  # type: ignore[no-any-return]
-
-
-# Retention: a batch goes with its items (deleted by the same statement: they hold no foreign key, see migration
-# 0014) and its progress and output file records (ON DELETE CASCADE); its usage events stay.
-_NOTHING_RUNS = ("NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id"
-                 " AND i.state IN ('queued', 'running'))")
-
-
-def delete_finished_batch(conn: Conn, batch_id: UUID) -> bool:
-    """Delete the batch and its items unless an item is still queued or running; whether it was deleted."""
-    return bool(_delete_batches(conn, f"id = %s AND {_NOTHING_RUNS}", (batch_id,)))
-
-
-def delete_batches_finished_before(conn: Conn, before: datetime, *, limit: int) -> list[Row]:
-    """Delete up to LIMIT batches finished before BEFORE (oldest first) with their items; (id, total) of each."""
-    return _delete_batches(conn, "id IN (SELECT id FROM batches WHERE finished_at < %s ORDER BY finished_at"
-                                 f" LIMIT %s FOR UPDATE SKIP LOCKED) AND {_NOTHING_RUNS}", (before, limit))
-
-
-def _delete_batches(conn: Conn, where: str, params: Sequence[Any]) -> list[Row]:
-    """Delete the batches matching WHERE (on `batches b`) and their items in one statement; (id, total) of each."""
-    return conn.execute(
-        f"WITH gone AS (DELETE FROM batches b WHERE {where} RETURNING id, total),"
-        " items AS (DELETE FROM batch_items WHERE batch_id IN (SELECT id FROM gone))"
-        " SELECT id, total FROM gone", params).fetchall()
-
-
-def count_batches_finished_before(conn: Conn, before: datetime) -> Row:
-    """How many batches (and items) finished before BEFORE."""
-    row = conn.execute("SELECT count(*) AS batches, coalesce(sum(total), 0) AS items FROM batches"
-                       " WHERE finished_at < %s", (before,)).fetchone()
-    assert row is not None
-    return row  # type: ignore[no-any-return]
 
 
 def existing_batches(conn: Conn, batch_ids: Sequence[UUID]) -> set[UUID]:

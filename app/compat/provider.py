@@ -13,10 +13,10 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import lifecycle, service, store
+from app.batches import lifecycle, results, service, store
 from app.batches.errors import BatchAlreadyFinished, BatchNotFound, InvalidBatch
 from app.batches.origin import BatchOrigin, Rerun
-from app.batches.service import ResultItem
+from app.batches.results import ResultItem
 from app.compat.inputs import ProviderBatch
 from app.compat.views import parse_batch_id
 from app.runtime import Runtime
@@ -94,10 +94,10 @@ def cancel(runtime: Runtime, caller: Caller, text_id: str, api: str,
 
 
 def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[ResultItem]:
-    """Every item's outcome with its stored response bytes, in idx order (service.result_items: whatever the
+    """Every item's outcome with its stored response bytes, in idx order (results.result_items: whatever the
     payload store's layout); access is checked before the first item, so a caller who may not read the batch gets
-    BatchNotFound right away; a delete that cuts them short raises service.ResultsCut (see service.cut_visibly)."""
-    return service.result_items(runtime, caller, batch_id)
+    BatchNotFound right away; a delete that cuts them short raises results.ResultsCut (see results.cut_visibly)."""
+    return results.result_items(runtime, caller, batch_id)
 
 
 def joined(lines: Iterator[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
