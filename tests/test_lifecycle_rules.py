@@ -99,3 +99,33 @@ def test_the_api_rule_sees_a_branch_on_the_api(tmp_path: Path) -> None:
     sample.write_text('a = batch["api"] == "openai"\nb = "anthropic" != row["api"]\nc = api == "relay"\n'
                       'd = shape == "openai"\ne = batch["api"] == other\n')
     assert api_branches(sample) == [1, 2, 3]
+
+
+def engine_sql_imports(path: Path) -> list[int]:
+    """Lines of PATH that import the engine's SQL modules (app.batches.store and its siblings *_store)."""
+    def sql(name: str) -> bool:
+        return name.startswith("app.batches.") and name.rpartition(".")[2].endswith("store")
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            if any(sql(n) for n in names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(sql(a.name) for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_compatible_apis_read_the_engine_through_its_public_reads_never_its_sql() -> None:
+    sources = [*(ROOT / "app" / "compat").rglob("*.py"), *(ROOT / "app" / "api" / "compat").rglob("*.py")]
+    found = {str(p.relative_to(ROOT)): lines for p in sources if (lines := engine_sql_imports(p))}
+    assert found == {}
+
+
+def test_the_sql_rule_sees_every_spelling_of_an_import_of_the_engines_store(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from app.batches import store\nfrom app.batches.store import get_batch\n"
+                      "import app.batches.operator_store\nfrom app.batches import reads\n"
+                      "from app.compat.files import store\n")
+    assert engine_sql_imports(sample) == [1, 2, 3]

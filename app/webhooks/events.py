@@ -70,16 +70,15 @@ def record_ended(conn: Any, batches: Iterable[Row]) -> int:
         endpoints = store.endpoints_for(conn, batch["project_id"], batch["team_id"])
         if not endpoints and not batch["callback_url"]:
             continue
-        shown = format_for(batch["api"])
-        kind = shown.event_type(batch, shown.expiry and expiry_passed(batch) and store.any_expired(conn, batch["id"]))
+        kind = event_type(batch, expired=expiry_passed(batch) and store.any_expired(conn, batch["id"]))
         targets = [(e["id"], e["destination"], e["url"], None) for e in endpoints if wants(e["events"], kind)]
         if batch["callback_url"]:
             targets.append((None, CALLBACK, batch["callback_url"], batch["callback_secret_enc"]))
         if not targets:
             continue
         event_id = uuid.uuid4()
-        data = shown.data(batch, store.final_counts(conn, batch["id"]) if shown.counts else {})
-        if store.insert_event(conn, event_id, batch["id"], kind, render(event_id, kind, batch, data)):
+        counts = store.final_counts(conn, batch["id"]) if format_for(batch["api"]).counts else {}
+        if store.insert_event(conn, event_id, batch["id"], kind, render(event_id, kind, batch, counts)):
             store.insert_deliveries(conn, event_id, targets)
             recorded += len(targets)
     if recorded:
@@ -87,10 +86,16 @@ def record_ended(conn: Any, batches: Iterable[Row]) -> int:
     return recorded
 
 
+def event_type(batch: Row, *, expired: bool) -> str:
+    """The event of an ended batch, in its API's format (EXPIRED: its expiry stopped items)."""
+    return format_for(batch["api"]).event_type(batch, expired)
+
+
 def expiry_passed(batch: Row) -> bool:
-    """Whether a batch ended at or after its expiry time (only then may its expiry have stopped items)."""
+    """Whether a batch whose API's event tells an expiry ended at or after its expiry time (only then may its expiry
+    have stopped items)."""
     expires = batch["expires_at"]
-    return expires is not None and expires <= batch["finished_at"]
+    return format_for(batch["api"]).expiry and expires is not None and expires <= batch["finished_at"]
 
 
 def wants(events: list[str], kind: str) -> bool:
@@ -98,10 +103,10 @@ def wants(events: list[str], kind: str) -> bool:
     return not events or kind in events
 
 
-def render(event_id: uuid.UUID, kind: str, batch: Row, data: dict[str, Any]) -> str:
-    """The event's body, rendered once: every attempt sends (and signs) these bytes."""
+def render(event_id: uuid.UUID, kind: str, batch: Row, counts: dict[str, int]) -> str:
+    """The event's body in its API's format, rendered once: every attempt sends (and signs) these bytes."""
     body = {"id": event_name(event_id), "object": "event", "created_at": unix(batch["finished_at"]), "type": kind,
-            "data": data}
+            "data": format_for(batch["api"]).data(batch, counts)}
     return json.dumps(body, separators=(",", ":"))
 
 
