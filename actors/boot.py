@@ -21,6 +21,7 @@ from app.batches.runner import WorkerContext
 from app.observability.metrics import start_worker_metrics_server
 from app.runtime import Runtime
 from app.settings import Settings
+from app.wiring import plug_into_engine
 
 log = logging.getLogger("relay.actors.boot")
 _state: dict[str, Any] = {}  # this process's WorkerContext and threads, set when the worker boots
@@ -37,6 +38,7 @@ def worker_context() -> WorkerContext:
 def build_context(settings: Settings, threads: int) -> WorkerContext:
     # Threads hold a connection only for a statement at a time: past RELAY_DB_POOL_MAX they wait briefly
     # instead of opening hundreds of Postgres connections.
+    plug_into_engine()
     runtime = Runtime.build(settings, pool_max=min(threads, settings.db_pool_max) + 6)
     worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     return WorkerContext.create(runtime, worker_id, threads=threads)

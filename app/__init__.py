@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     runtime = runtime or Runtime.build(settings)
+    _plug_into_engine()
     app.extensions["relay"] = runtime
     payload_store(runtime)  # made now, not on a request: an S3 client takes about half a second to build
     api = build_api(app)
@@ -56,6 +57,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     install_request_metrics(app)
     _register_error_handlers(app)
     return app
+
+
+def _plug_into_engine() -> None:
+    from app.wiring import plug_into_engine
+
+    plug_into_engine()
 
 
 def _register_blueprints(api: Api, runtime: Runtime) -> None:

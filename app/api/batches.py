@@ -24,14 +24,15 @@ from app.batches.errors import BatchBodyTooLarge
 from app.batches.estimate import estimate_batch
 from app.batches.merged import open_merged_results
 from app.batches.rerun import KEEP, plan_rerun, submit_once, submit_rerun
+from app.batches.results import open_results
 from app.compat import openai_view
 from app.compat.rerun import RERUNS
 from app.compat.views import openai_batch_id
 from app.runtime import Runtime
 from app.webhooks import service as webhook_service
+from schemas.batch_estimates import BatchEstimateSchema
 from schemas.batches import (
     BatchDeletedSchema,
-    BatchEstimateSchema,
     BatchFormatArgs,
     BatchItemDetailSchema,
     BatchItemsArgs,
@@ -157,7 +158,7 @@ def results_response(caller: Caller | None, batch_id: str, fmt: str | None, *, m
     """The streamed results in FMT (or as the Accept header prefers), or the merged results of the batch's re-run
     chain; a caller of None is the operator."""
     jsonl = fmt == "jsonl" or (fmt is None and _wants_ndjson())
-    opened = open_merged_results if merged else service.open_results
+    opened = open_merged_results if merged else open_results
     chunks = opened(_runtime(), caller, batch_id, jsonl=jsonl)
     return Response(stream_with_context(chunks), status=200,
                     mimetype=_NDJSON if jsonl else "application/json")

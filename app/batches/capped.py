@@ -6,7 +6,7 @@ its model's `max_output_tokens`, at the binding's rates, rounded as the usage ev
 not fit beside what the batch has recorded ends `budget_exceeded` unrun (the recorded cost only grows); one that
 fits only once running items release what they did not use waits for them; one without a bound ends
 `budget_exceeded` too: it cannot run under a hard cap. Claims of one batch take its claim lock one at a time
-(store.claim_reserved), so two workers never both find room for one item.
+(lifecycle.claim_reserved), so two workers never both find room for one item.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from app.access.cache import get_catalog
-from app.batches import outcomes, store
+from app.batches import lifecycle, outcomes, store
 from app.batches.estimate import item_cost_bound
 from app.batches.outcomes import Outcome
 from app.db import autocommit
@@ -58,7 +58,7 @@ def claim_capped(runtime: Runtime, payloads: PayloadStore, info: dict[str, Any],
     give_up = time.monotonic() + settings.batch_item_time_limit_s + 2 * settings.worker_lost_after_s + 60
     while True:
         with autocommit(runtime.pool) as conn:
-            row = store.claim_reserved(conn, batch_id, idx, worker_id, counter, bound)
+            row = lifecycle.claim_reserved(conn, batch_id, idx, worker_id, counter, bound)
             room = store.cap_room(conn, batch_id) if row is None else None
         if row is not None:
             return CapClaim(row=row)

@@ -1,6 +1,6 @@
 """An item's final state built from what is known of it, and committed on its own: cancelled queued items,
 items of lost workers, items past their limit, claims that went wrong. Items that ran commit theirs through the
-worker's group writer (runner.py); both go through `app.usage.writer.commit_records`."""
+worker's group writer (runner.py); both go through `app.batches.lifecycle.commit_finals`."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import psycopg
 
 from app.auth_model import Caller
 from app.batches import outcomes, store
+from app.batches.lifecycle import ItemFinal, ItemState, commit_finals
 from app.batches.outcomes import Outcome
 from app.runtime import Runtime
 from app.usage.events import UsageEvent
-from app.usage.writer import ItemFinal, UsageRecord, commit_records
+from app.usage.writer import UsageRecord
 
 CANCEL_CHUNK = 5000  # queued items cancelled per statement
 
 
-def final_of(row: dict[str, Any], idx: int, outcome: Outcome, *, from_state: str = "running",
+def final_of(row: dict[str, Any], idx: int, outcome: Outcome, *, from_state: str = ItemState.RUNNING,
              owner: str | None = None) -> ItemFinal:
     """The final state of an item known by its batch row (attribution) and idx, with a usage event of no tokens."""
     event = item_event(Caller.from_row(row), row["policy_id"], row["id"], idx, row["model"], outcome,
@@ -32,7 +33,7 @@ def final_of(row: dict[str, Any], idx: int, outcome: Outcome, *, from_state: str
 def finalize_now(runtime: Runtime, finals: Sequence[ItemFinal], *, counter: str = "") -> int:
     """Commit FINALS in a transaction of their own (cancel, reaper, settling); how many items moved."""
     with runtime.pool.connection() as conn, conn.transaction():
-        return len(commit_records(conn, finals, [], counter=counter))
+        return len(commit_finals(conn, finals, counter=counter))
 
 
 def item_event(caller: Caller, policy_id: UUID, batch_id: UUID, idx: int, model: str | None, outcome: Outcome,
@@ -66,8 +67,8 @@ def cancel_queued(conn: psycopg.Connection[Any], batch: dict[str, Any], outcome:
     outcome = outcome or outcomes.cancelled_queued()
     done, after = 0, -1
     while rows := store.queued_items(conn, batch["id"], after=after, limit=CANCEL_CHUNK):
-        finals = [final_of({**batch, "model": model, "custom_id": custom_id}, idx, outcome, from_state="queued")
+        finals = [final_of({**batch, "model": model, "custom_id": custom_id}, idx, outcome, from_state=ItemState.QUEUED)
                   for idx, model, custom_id in rows]
-        done += len(commit_records(conn, finals, []))
+        done += len(commit_finals(conn, finals))
         after = rows[-1][0]
     return done

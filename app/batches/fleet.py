@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.batches import store
+from app.batches import operator_store
 from app.queue_backends import queue_probe
 from app.runtime import Runtime
 
@@ -17,8 +17,8 @@ def fleet_status(runtime: Runtime) -> dict[str, Any]:
     items, and only the dispatch window is in RabbitMQ at a time)."""
     settings = runtime.settings
     with runtime.pool.connection() as conn:
-        workers = store.list_workers(conn, settings.worker_lost_after_s)
-        waiting = store.waiting_items(conn)
+        workers = operator_store.list_workers(conn, settings.worker_lost_after_s)
+        waiting = operator_store.waiting_items(conn)
     counts = queue_probe(runtime).depth()
     return {
         "workers": [{**row, "running": int(row["running"])} for row in workers],

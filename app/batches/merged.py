@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from uuid import UUID
 
 from app.auth_model import Caller
-from app.batches import rerun_store, service, store
+from app.batches import rerun_store, results, service, store
 from app.batches.rerun_store import AttemptRow
 from app.runtime import Runtime
 
@@ -27,12 +27,12 @@ def open_merged_results(runtime: Runtime, caller: Caller | None, batch_id: str, 
         members = rerun_store.chain(conn, original, row["owner"])
         original_row = row if row["id"] == original else store.get_batch(conn, original)
     total = original_row["total"] if original_row is not None else None
-    return service.cut_marked(_stream(runtime, original, members, total, jsonl=jsonl), jsonl=jsonl)
+    return results.cut_marked(_stream(runtime, original, members, total, jsonl=jsonl), jsonl=jsonl)
 
 
 def _stream(runtime: Runtime, original: UUID, members: list[UUID], total: int | None, *,
             jsonl: bool) -> Iterator[bytes]:
-    """`{"results": [...]}` or JSON Lines, chunk by chunk, as service.open_results streams one batch; ResultsCut
+    """`{"results": [...]}` or JSON Lines, chunk by chunk, as results.open_results streams one batch; ResultsCut
     when fewer than the original's TOTAL items were found (a delete cut the stream)."""
     sep = b"\n" if jsonl else b","
     yield b"" if jsonl else b'{"results":['
@@ -40,12 +40,12 @@ def _stream(runtime: Runtime, original: UUID, members: list[UUID], total: int | 
     while True:
         with runtime.pool.connection() as conn:
             found = [(member, rerun_store.attempt_rows(conn, member, rerun=member != original, after=after,
-                                                       limit=service.RESULTS_CHUNK)) for member in members]
+                                                       limit=results.RESULTS_CHUNK)) for member in members]
         if not any(rows for _, rows in found):
             if total is not None and sent < total:
-                raise service.ResultsCut(sent, total)
+                raise results.ResultsCut(sent, total)
             break
-        full = [rows[-1][0] for _, rows in found if len(rows) == service.RESULTS_CHUNK]
+        full = [rows[-1][0] for _, rows in found if len(rows) == results.RESULTS_CHUNK]
         upto = min(full) if full else max(rows[-1][0] for _, rows in found if rows)  # every attempt up to it is read
         entries = _entries(runtime, found, upto)
         chunk = sep.join(entries)
@@ -78,5 +78,5 @@ def _entries(runtime: Runtime, found: list[tuple[UUID, list[AttemptRow]]], upto:
     for key in keys:
         member, (_, idx, _segment, _offset, _length, state, error) = latest[key]
         tail = b',"batch_id":"%s","batch_idx":%d,"attempts":%d' % (str(member).encode(), idx, attempts[key])
-        entries.append(service.result_entry(key, state, responses.get(key), error, tail))
+        entries.append(results.result_entry(key, state, responses.get(key), error, tail))
     return entries

@@ -13,7 +13,7 @@ from uuid import UUID
 
 import psycopg
 
-from app.batches import outbox, outcomes, store
+from app.batches import lifecycle, outbox, outcomes, store
 from app.batches.finals import expire_due, finalize_by_key
 from app.batches.runner import WorkerContext
 from app.notify import NotifyListener
@@ -146,7 +146,7 @@ def reap(ctx: WorkerContext, *, judge_owners: bool = True) -> int:
     with ctx.runtime.pool.connection(timeout=wait_s) as conn, conn.transaction():
         if outbox.try_leader_lock(conn, REAPER_LOCK):
             expire_due(conn)
-            store.finish_batches(conn)
+            lifecycle.finish_batches(conn)
     return done
 
 

@@ -18,6 +18,7 @@ the item started (`budget_exceeded`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.errors import RelayError
@@ -85,9 +86,18 @@ def deadline_passed() -> Outcome:
                    408)
 
 
+_EXPIRY: dict[str, Callable[[], Outcome]] = {}  # API name → how its items expire (registered at boot)
+
+
+def expire_as(api: str, outcome: Callable[[], Outcome]) -> None:
+    """Register how an item of a batch created through API ends when the batch's deadline passes before it starts
+    (the compatible APIs register theirs at boot); unregistered APIs' items end as Relay's (deadline_passed)."""
+    _EXPIRY[api] = outcome
+
+
 def expired_for(api: str) -> Outcome:
     """How an item not started by its batch's deadline ends: as the API that created the batch says."""
-    return deadline_passed() if api == "relay" else expired()
+    return _EXPIRY.get(api, deadline_passed)()
 
 
 def budget_exceeded(bound: int | None = None) -> Outcome:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from app.batches import store
+from app.batches import lifecycle, retention_store, store
 from app.payload_backends import payload_store
 from app.runtime import Runtime
 
@@ -33,9 +33,9 @@ def purge_batches(runtime: Runtime, finished_before: datetime, *, dry_run: bool 
     """Delete the batches finished before FINISHED_BEFORE, then the folders of batches that no longer exist."""
     report = PurgeReport()
     with runtime.pool.connection() as conn:
-        store.finish_batches(conn)  # settled batches nobody read since get their finished_at first
+        lifecycle.finish_batches(conn)  # settled batches nobody read since get their finished_at first
         if dry_run:
-            counts = store.count_batches_finished_before(conn, finished_before)
+            counts = retention_store.count_batches_finished_before(conn, finished_before)
             report.batches, report.items = int(counts["batches"]), int(counts["items"])
     if not dry_run:
         _delete_finished(runtime, finished_before, report)
@@ -51,7 +51,7 @@ def _delete_finished(runtime: Runtime, finished_before: datetime, report: PurgeR
     payloads = payload_store(runtime)
     while True:
         with runtime.pool.connection() as conn, conn.transaction():
-            rows = store.delete_batches_finished_before(conn, finished_before, limit=PURGE_CHUNK)
+            rows = retention_store.delete_batches_finished_before(conn, finished_before, limit=PURGE_CHUNK)
         if not rows:
             return
         for row in rows:  # after the commit: a crash here leaves stray folders, which the next purge removes

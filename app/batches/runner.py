@@ -24,8 +24,9 @@ from psycopg_pool import PoolTimeout
 
 from app.auth import get_policy, recheck_caller
 from app.auth_model import Caller
-from app.batches import capped, outcomes, store, unclaimed
+from app.batches import capped, lifecycle, outcomes, store, unclaimed
 from app.batches.finals import item_event
+from app.batches.lifecycle import ItemFinal
 from app.batches.outcomes import Outcome
 from app.batches.registry import ItemRegistry
 from app.db import autocommit
@@ -41,7 +42,7 @@ from app.pipeline.ratelimit import LimiterUnavailable, Reservation, get_limiter
 from app.pipeline.routing import PolicyUnavailable, check_policy
 from app.pipeline.types import InferenceCall
 from app.runtime import Runtime
-from app.usage.writer import GroupWriter, ItemFinal, UsageRecord
+from app.usage.writer import GroupWriter, UsageRecord
 
 log = logging.getLogger("relay.batches.runner")
 CLAIM_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts to claim an item
@@ -81,7 +82,8 @@ class WorkerContext:
 
         payloads = payloads or payload_store(runtime)
         writer = GroupWriter(runtime.pool, counter=worker_id, before_commit=payloads.sync, unsynced=unsynced,
-                             then_claim=lambda conn, keys: store.claim_items(conn, keys, worker_id, worker_id))
+                             then_claim=lambda conn, keys: lifecycle.claim_items(conn, keys, worker_id, worker_id),
+                             finals=lifecycle.GROUP_FINALS)
         return cls(runtime=runtime, worker_id=worker_id, payloads=payloads, writer=writer, threads=threads)
 
     def thread_counter(self) -> str:
@@ -219,7 +221,7 @@ def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any]
     for delay in (*CLAIM_RETRIES_S, None):
         try:
             with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
-                row = store.claim_item(conn, batch_id, idx, ctx.worker_id, counter=ctx.thread_counter())
+                row = lifecycle.claim_item(conn, batch_id, idx, ctx.worker_id, counter=ctx.thread_counter())
                 if row is None and retried:
                     row = store.own_unseen_claim(conn, batch_id, idx, ctx.worker_id, time.monotonic() - first + 1)
                 return row, retried, None

@@ -1,20 +1,20 @@
-"""The batch service the API calls: submit, read, list, results and cancel. No Flask, no RabbitMQ."""
+"""The batch service the API calls: submit, read, list, cancel, delete (results: results.py). No Flask, no RabbitMQ."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import psycopg
 
 from app.auth import get_policy
 from app.auth_model import ATTRIBUTION, Caller
-from app.batches import budget, outbox, pacing, store
+from app.batches import budget, lifecycle, operator_store, outbox, pacing, retention_store, store
 from app.batches.errors import (
     BatchAlreadyFinished,
     BatchBodyTooLarge,
@@ -42,7 +42,6 @@ from schemas.durations import format_duration, parse_duration
 if TYPE_CHECKING:
     from app.payload_files import Body
 
-RESULTS_CHUNK = 2000
 
 
 def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
@@ -187,8 +186,7 @@ def batch_object(runtime: Runtime, row: dict[str, Any], *, state: str | None = N
     """get_batch of a batch row already read (find_batch)."""
     with runtime.pool.connection() as conn:
         counts, cost = store.progress(conn, row["id"], row["total"])
-        if row["finished_at"] is None and _all_final(counts):
-            row["finished_at"] = store.finish_batch(conn, row["id"])
+        lifecycle.end_if_final(conn, row, counts)
         items = store.list_items(conn, row["id"], state=state, after=after, limit=limit + 1,
                                  custom_id=custom_id) if limit else []
         names = store.attribution_names(conn, row)
@@ -212,11 +210,11 @@ def list_batches(runtime: Runtime, caller: Caller, *, limit: int = 20, cursor: s
 
 def list_all_batches(runtime: Runtime, *, limit: int = 20, cursor: str | None = None,
                      **filters: Any) -> dict[str, Any]:
-    """The operator's list (admin routes): every owner's batches matching FILTERS (see store.list_all_batches),
+    """The operator's list (admin routes): every owner's batches matching FILTERS (see operator_store.list_all_batches),
     newest first, each with its policy and principal names, and a cursor for the next page."""
     before = decode_cursor(cursor) if cursor else None
     with runtime.pool.connection() as conn:
-        rows = store.list_all_batches(conn, before=before, limit=limit, **filters)
+        rows = operator_store.list_all_batches(conn, before=before, limit=limit, **filters)
         usage = _usages(conn, rows)
     return _page([{**summary_view(r, usage.get(r["id"])), "policy": r["policy"], "principal": r["principal"]}
                   for r in rows], limit)
@@ -255,7 +253,7 @@ def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict
             cancel_queued(conn, row)
             store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
         with conn.transaction():
-            store.finish_batch(conn, row["id"])
+            lifecycle.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
         counts, cost = store.progress(conn, row["id"], row["total"])
         usage = _usages(conn, [fresh])
@@ -269,7 +267,7 @@ def delete_batch(runtime: Runtime, caller: Caller, batch_id: str) -> dict[str, A
     """
     with runtime.pool.connection() as conn, conn.transaction():
         row = owned_batch(conn, caller, batch_id)
-        if not store.delete_finished_batch(conn, row["id"]):
+        if not retention_store.delete_finished_batch(conn, row["id"]):
             if not store.existing_batches(conn, [row["id"]]):  # a racing delete got there first
                 raise BatchNotFound(message="batch not found")
             counts = store.item_counts(conn, row["id"], row["total"])
@@ -306,143 +304,6 @@ def get_item(runtime: Runtime, caller: Caller | None, batch_id: str, text_idx: s
 
 def _all_final(counts: dict[str, int]) -> bool:
     return not counts.get("queued") and not counts.get("running")
-
-
-class ResultsCut(BatchNotFound):
-    """The batch was deleted while its results were read: what was sent is not all of them (a 404 when nothing
-    was sent yet; a stream already under way ends visibly cut, see cut_visibly)."""
-
-    code = "results_incomplete"
-
-    def __init__(self, sent: int | None = None, total: int | None = None) -> None:
-        counted = f": {sent} of {total} results were sent" if sent is not None else ""
-        super().__init__(message=f"the batch was deleted while its results were read{counted}")
-
-
-def cut_visibly(chunks: Iterator[bytes], cut_line: Callable[[ResultsCut], bytes]) -> Iterator[bytes]:
-    """CHUNKS, ended by CUT_LINE's bytes when a delete cuts them short: a reader must get every result or see that
-    it did not, never a shorter document that parses as whole."""
-    try:
-        yield from chunks
-    except ResultsCut as cut:
-        yield cut_line(cut)
-
-
-def open_results(runtime: Runtime, caller: Caller | None, batch_id: str, *, jsonl: bool) -> Iterator[bytes]:
-    """Check access now (404 before streaming starts), then stream the results in idx order. A caller of None is
-    the operator (admin routes only). A stream a delete cuts short ends without the JSON's closing bracket, or
-    with an error line in JSON Lines."""
-    return cut_marked(open_result_chunks(runtime, caller, batch_id, jsonl=jsonl), jsonl=jsonl)
-
-
-def cut_marked(chunks: Iterator[bytes], *, jsonl: bool) -> Iterator[bytes]:
-    """CHUNKS of Relay's own results formats, ended visibly where a delete cut them (see cut_visibly)."""
-    return cut_visibly(chunks, _jsonl_cut_line if jsonl else lambda _cut: b"")
-
-
-def open_result_chunks(runtime: Runtime, caller: Caller | None, batch_id: str, *,
-                       jsonl: bool) -> Iterator[bytes]:
-    """open_results without the cut marking: ResultsCut is raised where a delete cut the stream short."""
-    with runtime.pool.connection() as conn:
-        row = owned_batch(conn, caller, batch_id)
-    return _stream_results(runtime, row["id"], row["total"], jsonl=jsonl)
-
-
-class ResultItem(NamedTuple):
-    """One item's outcome as stored: RESPONSE is a completed item's stored response bytes (None where this replica
-    cannot see them), STATUS the status of the usage event of an item that did not complete."""
-
-    idx: int
-    state: str
-    response: bytes | memoryview | None
-    error: str | None
-    error_code: str | None
-    custom_id: str | None
-    status: int | None
-
-
-def result_items(runtime: Runtime, caller: Caller | None, batch_id: UUID) -> Iterator[ResultItem]:
-    """Every item's ResultItem in idx order, for views that write results in another format (the provider APIs):
-    access is checked now (BatchNotFound before the first item); ResultsCut where a delete cuts them short."""
-    with runtime.pool.connection() as conn:
-        row = owned_batch(conn, caller, str(batch_id))
-    return _result_items(runtime, row["id"], row["total"])
-
-
-def _result_items(runtime: Runtime, batch_id: UUID, total: int) -> Iterator[ResultItem]:
-    for rows, responses in _result_pages(runtime, batch_id, total, store.outcome_rows):
-        found = iter(responses)
-        for idx, _segment, _offset, _length, state, error, custom_id, code, status in rows:
-            yield ResultItem(idx, state, next(found) if state == "completed" else None, error, code, custom_id,
-                             status)
-
-
-def _jsonl_cut_line(cut: ResultsCut) -> bytes:
-    return json.dumps(cut.to_dict(), separators=(",", ":")).encode() + b"\n"
-
-
-def _stream_results(runtime: Runtime, batch_id: UUID, total: int, *, jsonl: bool) -> Iterator[bytes]:
-    """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their stored response raw.
-    ResultsCut when the items run out before TOTAL, or a chunk's responses are gone with the batch."""
-    sep = b"\n" if jsonl else b","
-    yield b"" if jsonl else b'{"results":['
-    sent = 0
-    for rows, responses in _result_pages(runtime, batch_id, total, store.result_rows):
-        chunk = sep.join(_result_entries(rows, responses))
-        yield chunk + b"\n" if jsonl else (chunk if not sent else b"," + chunk)
-        sent += len(rows)
-    if not jsonl:
-        yield b"]}"
-
-
-_Rows = TypeVar("_Rows", bound=Sequence[tuple[Any, ...]])
-
-
-def _result_pages(runtime: Runtime, batch_id: UUID, total: int, fetch: Callable[..., _Rows],
-                  ) -> Iterator[tuple[_Rows, list[bytes | memoryview | None]]]:
-    """Pages of FETCH's rows (idx, segment, offset, length, state, ...) in idx order, each with the stored responses
-    of its completed items (in their order). ResultsCut when the rows run out before TOTAL, or a page's responses
-    are gone with the batch."""
-    payloads = payload_store(runtime)
-    after, sent = -1, 0
-    while sent < total:
-        with runtime.pool.connection() as conn:
-            rows = fetch(conn, batch_id, after=after, limit=RESULTS_CHUNK)
-        responses = payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"])
-        if not rows or (not all(responses) and not _batch_exists(runtime, batch_id)):
-            raise ResultsCut(sent, total)
-        yield rows, responses
-        sent, after = sent + len(rows), rows[-1][0]
-
-
-def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
-    with runtime.pool.connection() as conn:
-        return bool(store.existing_batches(conn, [batch_id]))
-
-
-_STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in ITEM_STATES}
-
-
-def _result_entries(rows: list[store.ResultRow], responses: list[bytes | memoryview | None]) -> list[bytes]:
-    """One JSON object per row: idx, state, the RESPONSES of its completed items (None: not visible here), the
-    error (and the custom_id of a provider batch's item)."""
-    found = iter(responses)
-    return [result_entry(idx, state, next(found) if state == "completed" else None, error,
-                         b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
-            for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
-
-
-def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,
-                 tail: bytes = b"") -> bytes:
-    """One result's JSON object: idx, state, the response BODY if there is one, the error, then TAIL (more members,
-    each starting with a comma)."""
-    parts: list[bytes | memoryview] = [b'{"idx":%d,' % idx, _STATE_PREFIX[state]]
-    if body:
-        parts += (b',"response":', body)
-    if error is not None:
-        parts += (b',"error":', json.dumps(error).encode())
-    parts += (tail, b"}")
-    return b"".join(parts)
 
 
 def batch_view(row: dict[str, Any], counts: dict[str, int], *, items: list[dict[str, Any]],

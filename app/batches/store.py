@@ -6,7 +6,7 @@ Item rows change only in columns no index covers, so their updates stay HOT: cou
 Lock order, to stay free of deadlocks: cancel locks the batch row, then its queued items; a claim or a final state
 locks one item and this process's progress row; finished_at is set afterwards (by the group commit that makes the
 last item final, which locks the batch row only then, on read, or by the reaper), so items of one batch never queue
-on its row. Setting finished_at records the batch's webhook event in the same transaction (app/webhooks/events.py).
+on its row. Every write of an item's state, and a batch's end with its hooks, is `lifecycle.py`'s.
 Dispatcher, heartbeat and reaper SQL is in `outbox.py`.
 """
 
@@ -21,8 +21,6 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
-from app.webhooks.events import record_ended
-from app.webhooks.store import ENDED_COLUMNS
 from schemas.batch_ids import parse_batch_id
 from schemas.batches import ITEM_STATES
 
@@ -40,6 +38,7 @@ BATCH_COLUMNS = (
     " principal_id, credential_kind, credential_id, created_at, cancelled_at, finished_at, api, completion_window,"
     " expires_at, max_cost_nanos, max_cost_mode, rerun_of, original_id, endpoint, input_file_id"
 )  # api: the API that created the batch (relay, openai, anthropic), whose view reads it by default
+ALL_COLUMNS = ", ".join("e." + name.strip() for name in BATCH_COLUMNS.split(","))  # of `batches e`
 
 
 def insert_batch(conn: Conn, batch: Row) -> Row:
@@ -183,7 +182,7 @@ def list_batches(conn: Conn, owner: str, *, before: tuple[datetime, UUID] | None
     if before is not None:
         clauses.append("(e.created_at, e.id) < (%s, %s)")
         params.extend(before)
-    sql = (f"SELECT {_ALL_COLUMNS} FROM batches e WHERE {' AND '.join(clauses)}"
+    sql = (f"SELECT {ALL_COLUMNS} FROM batches e WHERE {' AND '.join(clauses)}"
            " ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
     return conn.execute(sql, [*params, limit]).fetchall()
 
@@ -255,7 +254,7 @@ def list_batches_of_api(conn: Conn, owner: str, api: str, *, after: UUID | None,
     cursor = after or before
     params: dict[str, Any] = {"owner": owner, "api": api, "cursor": cursor, "limit": limit}
     newer = before is not None
-    sql = f"SELECT {_ALL_COLUMNS} FROM batches e WHERE e.owner = %(owner)s AND e.api = %(api)s"
+    sql = f"SELECT {ALL_COLUMNS} FROM batches e WHERE e.owner = %(owner)s AND e.api = %(api)s"
     if cursor is not None:
         sql += (f" AND (e.created_at, e.id) {'>' if newer else '<'} (SELECT created_at, id FROM batches"
                 " WHERE id = %(cursor)s AND owner = %(owner)s)")
@@ -306,52 +305,6 @@ def queued_items(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[
 # A capped batch whose items' recorded cost reached its cap (on `batches b`): its items not started yet never start.
 OVER_BUDGET = ("b.max_cost_nanos <= (SELECT coalesce(sum(p.cost_nanos), 0) FROM batch_progress p"
                " WHERE p.batch_id = b.id)")
-# What a hard-capped batch has spent or holds: the recorded cost of its final items plus the bounds its running items
-# reserved (a final swaps its item's bound for its cost, never more: the sum only shrinks between claims).
-_COMMITTED = ("(SELECT coalesce(sum(p.cost_nanos + p.reserved_nanos), 0) FROM batch_progress p"
-              " WHERE p.batch_id = b.id)")
-HARD = "b.max_cost_mode = 'hard'"
-_CLAIM = f"""
-WITH claimed AS (
-    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now(),
-           reserved_nanos = %(bound)s::bigint FROM batches b
-    WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s AND i.state = 'queued' AND b.id = i.batch_id
-      AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
-      AND (b.max_cost_nanos IS NULL
-           OR (b.max_cost_mode IS DISTINCT FROM 'hard' AND NOT ({OVER_BUDGET}))
-           OR ({HARD} AND %(bound)s::bigint IS NOT NULL AND %(bound)s::bigint + {_COMMITTED} <= b.max_cost_nanos))
-    RETURNING b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
-              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
-), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running, reserved_nanos)
-    SELECT id, %(counter)s, 1, coalesce(%(bound)s::bigint, 0) FROM claimed
-    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + 1,
-        reserved_nanos = p.reserved_nanos + excluded.reserved_nanos
-)
-SELECT * FROM claimed
-"""
-
-
-def claim_item(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str | None = None,
-               bound: int | None = None) -> Row | None:
-    """queued → running for WORKER_ID unless the batch is cancelled, past its deadline or at its spend cap (counted
-    in COUNTER's progress row, by default the worker's own; rows of one batch are only ever summed, so a claim may
-    count in one row and the final state in another); the batch row (+ item model) or None.
-
-    A hard-capped batch's item is claimed only with its cost BOUND (nano-dollars), reserved with the claim when it
-    fits under the cap beside what is spent and reserved; claims of one such batch must be made one at a time
-    (claim_reserved), or two could each find room for one."""
-    return conn.execute(_CLAIM, {"worker": worker_id, "batch_id": batch_id, "idx": idx,  # type: ignore[no-any-return]
-                                 "counter": worker_id if counter is None else counter, "bound": bound}).fetchone()
-
-
-def claim_reserved(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter: str, bound: int) -> Row | None:
-    """claim_item of a hard-capped batch's item with its cost BOUND, in its own transaction, after the batch's claim
-    lock: the claim statement then sees every reservation committed before it. Only claims take the lock, and take
-    no other lock before it, so it never joins a deadlock."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"relay-cap:{batch_id}",))
-        return claim_item(conn, batch_id, idx, worker_id, counter, bound)
 
 
 def cap_room(conn: Conn, batch_id: UUID) -> Row | None:
@@ -360,32 +313,6 @@ def cap_room(conn: Conn, batch_id: UUID) -> Row | None:
         "SELECT b.max_cost_nanos AS cap, coalesce(sum(p.cost_nanos), 0) AS spent,"
         " coalesce(sum(p.reserved_nanos), 0) AS reserved FROM batches b LEFT JOIN batch_progress p"
         " ON p.batch_id = b.id WHERE b.id = %s GROUP BY b.id", (batch_id,)).fetchone()
-
-
-_CLAIM_MANY = """
-WITH wanted AS (SELECT * FROM unnest(%(batch_ids)s::uuid[], %(idxs)s::int[]) AS w(batch_id, idx)),
-claimed AS (
-    UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now() FROM batches b, wanted w
-    WHERE i.batch_id = w.batch_id AND i.idx = w.idx AND i.state = 'queued' AND b.id = i.batch_id
-      AND b.status = 'queued' AND (b.expires_at IS NULL OR b.expires_at > now())
-      AND b.max_cost_mode IS DISTINCT FROM 'hard'
-    RETURNING i.idx, b.id, b.shape, b.policy_id, b.project_id, b.team_id, b.principal_kind, b.principal_id,
-              b.credential_kind, b.credential_id, b.relay_key_hash, i.model, i.custom_id, i.started_at
-), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running) SELECT id, %(counter)s, count(*) FROM claimed
-    GROUP BY id ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running
-)
-SELECT * FROM claimed
-"""
-
-
-def claim_items(conn: Conn, keys: Sequence[tuple[UUID, int]], worker_id: str, counter: str) -> dict[tuple[UUID, int],
-                                                                                                   Row]:
-    """claim_item for several items at once (the next items of messages, claimed with their predecessors' final
-    states): the claimed ones' rows by (batch id, idx)."""
-    rows = conn.execute(_CLAIM_MANY, {"batch_ids": [k[0] for k in keys], "idxs": [k[1] for k in keys],
-                                      "worker": worker_id, "counter": counter}).fetchall()
-    return {(row["id"], row["idx"]): row for row in rows}
 
 
 def own_unseen_claim(conn: Conn, batch_id: UUID, idx: int, worker_id: str, within_s: float) -> Row | None:
@@ -440,129 +367,6 @@ def lock_batch(conn: Conn, batch_id: UUID) -> Row | None:
     """The batch row, locked for the transaction (as cancel locks it before its queued items)."""
     return conn.execute(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = %s FOR UPDATE",  # type: ignore[no-any-return]
                         (batch_id,)).fetchone()
-
-
-_FINISHED = ("finished_at IS NULL AND total <= (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0)"
-             " FROM batch_progress p WHERE p.batch_id = b.id)")
-_LAST_FINISH = "coalesce((SELECT max(finished_at) FROM batch_items WHERE batch_id = b.id), now())"
-
-
-def finish_batch(conn: Conn, batch_id: UUID) -> datetime | None:
-    """Record finished_at (the last item's finish time) once every item is final, with the batch's webhook event;
-    None if not yet."""
-    ended = _finish(conn, _LAST_FINISH, "id = %s", (batch_id,))
-    return ended[0]["finished_at"] if ended else None
-
-
-def finish_batches(conn: Conn) -> int:
-    """finish_batch for every unfinished batch (run by the reaper, so lists catch up without a read)."""
-    return len(_finish(conn, _LAST_FINISH, "true", ()))
-
-
-def finish_batches_now(conn: Conn, batch_ids: Sequence[UUID]) -> int:
-    """finish_batch for BATCH_IDS, finished now: the group commit that makes their last items final (this
-    transaction's time is their last item's)."""
-    return len(_finish(conn, "now()", "id = ANY(%s)", (list(batch_ids),)))
-
-
-def _finish(conn: Conn, finished_at: str, where: str, params: Sequence[Any]) -> list[Row]:
-    """Set finished_at (the SQL FINISHED_AT) on the batches matching WHERE whose items are all final, and record
-    their webhook events in the same transaction; the batches that ended."""
-    ended = conn.execute(f"UPDATE batches b SET finished_at = {finished_at} WHERE {where} AND {_FINISHED}"
-                         f" RETURNING {ENDED_COLUMNS}", params).fetchall()
-    if ended:
-        record_ended(conn, ended)
-    return ended  # type: ignore[no-any-return]
-
-
-# -- Operator reads (admin routes): every owner's batches, and the workers' heartbeats. -------------------------
-
-def list_all_batches(conn: Conn, *, before: tuple[datetime, UUID] | None, limit: int, principal: str | None = None,
-                     credential: UUID | None = None, policy: str | None = None, created_from: datetime | None = None,
-                     created_to: datetime | None = None, status: str | None = None,
-                     finished: bool | None = None, search: str | None = None) -> list[Row]:
-    """Batches of every owner matching the filters (all combined with AND), newest first, strictly older than
-    BEFORE; each with its policy and principal names. PRINCIPAL and POLICY take a name or an id."""
-    from app.usage.store import PRINCIPAL_NAME, name_or_id_clause, principal_clause  # the usage filters' rules
-
-    clauses, params = state_clauses(status=status, finished=finished, search=search)
-    clauses.insert(0, "true")
-    for clause, value in (("e.credential_id = %s", credential), ("e.created_at >= %s", created_from),
-                          ("e.created_at < %s", created_to)):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    named = [principal_clause(principal) if principal is not None else None,
-             name_or_id_clause("policy_id", "policies", policy) if policy is not None else None]
-    for clause, values in filter(None, named):
-        clauses.append(clause)
-        params += values
-    if before is not None:
-        clauses.append("(e.created_at, e.id) < (%s, %s)")
-        params.extend(before)
-    sql = (f"SELECT {_ALL_COLUMNS}, (SELECT name FROM policies WHERE id = e.policy_id) AS policy, {PRINCIPAL_NAME}"
-           f" FROM batches e WHERE {' AND '.join(clauses)} ORDER BY e.created_at DESC, e.id DESC LIMIT %s")
-    return conn.execute(sql, [*params, limit]).fetchall()
-
-
-_ALL_COLUMNS = ", ".join("e." + name.strip() for name in BATCH_COLUMNS.split(","))
-
-
-def list_workers(conn: Conn, lost_after_s: float) -> list[Row]:
-    """Every worker process with a heartbeat row, newest first: whether it is alive (heard from within
-    LOST_AFTER_S), seconds since its last heartbeat (by the database's clock) and how many items it runs."""
-    return conn.execute(
-        "SELECT w.id, w.hostname, w.pid, w.started_at, w.last_seen,"
-        " w.last_seen >= now() - make_interval(secs => %s) AS alive,"
-        " extract(epoch FROM now() - w.last_seen)::float8 AS seen_ago_s,"
-        " (SELECT count(*) FROM batches b JOIN batch_items i ON i.batch_id = b.id WHERE b.finished_at IS NULL"
-        " AND i.state = 'running' AND i.worker_id = w.id) AS running"
-        " FROM workers w ORDER BY w.started_at DESC, w.id", (lost_after_s,)).fetchall()
-
-def waiting_items(conn: Conn) -> Row:
-    """Items of unfinished batches still queued, and how many of them the dispatcher has not published yet (they
-    wait in Postgres, not in RabbitMQ, whose queue holds only the dispatch window's messages)."""
-    row = conn.execute(
-        "SELECT coalesce(sum(b.total - coalesce(p.started, 0)), 0)::bigint AS queued,"
-        " coalesce(sum(greatest(0, b.total - b.published_upto)) FILTER (WHERE b.status = 'queued'), 0)::bigint"
-        " AS unpublished FROM batches b LEFT JOIN LATERAL (SELECT sum(g.running + g.completed + g.discarded"
-        " + g.cancelled) AS started FROM batch_progress g WHERE g.batch_id = b.id) p ON true"
-        " WHERE b.finished_at IS NULL").fetchone()
-    assert row is not None
-    return row  # type: ignore[no-any-return]
-
-
-# Retention: a batch goes with its items (deleted by the same statement: they hold no foreign key, see migration
-# 0014) and its progress and output file records (ON DELETE CASCADE); its usage events stay.
-_NOTHING_RUNS = ("NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id"
-                 " AND i.state IN ('queued', 'running'))")
-
-
-def delete_finished_batch(conn: Conn, batch_id: UUID) -> bool:
-    """Delete the batch and its items unless an item is still queued or running; whether it was deleted."""
-    return bool(_delete_batches(conn, f"id = %s AND {_NOTHING_RUNS}", (batch_id,)))
-
-
-def delete_batches_finished_before(conn: Conn, before: datetime, *, limit: int) -> list[Row]:
-    """Delete up to LIMIT batches finished before BEFORE (oldest first) with their items; (id, total) of each."""
-    return _delete_batches(conn, "id IN (SELECT id FROM batches WHERE finished_at < %s ORDER BY finished_at"
-                                 f" LIMIT %s FOR UPDATE SKIP LOCKED) AND {_NOTHING_RUNS}", (before, limit))
-
-
-def _delete_batches(conn: Conn, where: str, params: Sequence[Any]) -> list[Row]:
-    """Delete the batches matching WHERE (on `batches b`) and their items in one statement; (id, total) of each."""
-    return conn.execute(
-        f"WITH gone AS (DELETE FROM batches b WHERE {where} RETURNING id, total),"
-        " items AS (DELETE FROM batch_items WHERE batch_id IN (SELECT id FROM gone))"
-        " SELECT id, total FROM gone", params).fetchall()
-
-
-def count_batches_finished_before(conn: Conn, before: datetime) -> Row:
-    """How many batches (and items) finished before BEFORE."""
-    row = conn.execute("SELECT count(*) AS batches, coalesce(sum(total), 0) AS items FROM batches"
-                       " WHERE finished_at < %s", (before,)).fetchone()
-    assert row is not None
-    return row  # type: ignore[no-any-return]
 
 
 def existing_batches(conn: Conn, batch_ids: Sequence[UUID]) -> set[UUID]:

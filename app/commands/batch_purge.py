@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from app.batches.retention import purge_batches
 from app.commands.catalog import cli_runtime
+from app.wiring import plug_into_engine
 from schemas.durations import DurationError, parse_duration
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
+    plug_into_engine()  # a batch that ends here gets its webhook event
     with cli_runtime() as runtime:
         report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run)
     verb = "would purge" if args.dry_run else "purged"

@@ -10,6 +10,7 @@ from app.auth_model import Caller
 from app.batches import service
 from app.batches.errors import BatchNotEnded
 from app.batches.origin import Rerun
+from app.batches.results import cut_visibly
 from app.compat import provider
 from app.compat.inputs import from_anthropic_body
 from app.compat.views import anthropic_batch, anthropic_batch_id, anthropic_cut_line, anthropic_result_line
@@ -64,4 +65,4 @@ def results(runtime: Runtime, caller: Caller, text_id: str) -> Iterator[bytes]:
     if row["finished_at"] is None:
         raise BatchNotEnded(message="results are available once the batch's processing has ended")
     lines = (anthropic_result_line(item) for item in provider.outcomes(runtime, caller, row["id"]))
-    return provider.joined(service.cut_visibly(lines, anthropic_cut_line))
+    return provider.joined(cut_visibly(lines, anthropic_cut_line))

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from app.auth_model import Caller
-from app.batches.service import cut_visibly
+from app.batches.results import cut_visibly
 from app.batches.validation import text_problem
 from app.compat.errors import FileNotFound, FileTooLarge, UnsupportedPurpose
 from app.compat.files import store

@@ -12,7 +12,7 @@ import psycopg
 
 from adapters.registry import openai_batch_endpoints
 from app.auth_model import Caller
-from app.batches import store
+from app.batches import reads
 from app.batches.origin import Rerun
 from app.compat import provider
 from app.compat.errors import FileNotFound, InvalidInputFile, UnsupportedEndpoint
@@ -113,12 +113,12 @@ def list_batches(runtime: Runtime, caller: Caller, *, after: str | None, limit: 
 
 def _view(runtime: Runtime, rows: list[dict[str, Any]], counts: dict[UUID, dict[str, int]]) -> list[dict[str, Any]]:
     """OpenAI's batch objects of ROWS: with their result files, model, and (once ended) usage, exact from the
-    items' usage events, summed once per batch (store.finished_usage)."""
+    items' usage events, summed once per batch (reads.finished_usage)."""
     ids = [row["id"] for row in rows]
     with runtime.pool.connection() as conn:
         files = files_store.batch_files(conn, ids)
-        models = store.first_models(conn, ids)
-        usage = store.finished_usage(conn, [row["id"] for row in rows if row["finished_at"] is not None])
+        models = reads.first_models(conn, ids)
+        usage = reads.finished_usage(conn, [row["id"] for row in rows if row["finished_at"] is not None])
     return [openai_batch(row, counts[row["id"]], {kind: file_id for (batch_id, kind), file_id in files.items()
                                                   if batch_id == row["id"]},
                          model=models.get(row["id"]), usage=usage.get(row["id"])) for row in rows]

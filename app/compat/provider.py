@@ -4,7 +4,7 @@ with its result. No Flask."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,10 +13,10 @@ from uuid import UUID
 import psycopg
 
 from app.auth_model import Caller
-from app.batches import service, store
-from app.batches.errors import BatchAlreadyFinished, BatchNotFound, InvalidBatch
+from app.batches import reads, results, service
+from app.batches.errors import BatchAlreadyFinished, InvalidBatch
 from app.batches.origin import BatchOrigin, Rerun
-from app.batches.service import ResultItem
+from app.batches.results import ResultItem
 from app.compat.inputs import ProviderBatch
 from app.compat.views import parse_batch_id
 from app.runtime import Runtime
@@ -53,18 +53,15 @@ def create(runtime: Runtime, caller: Caller, batch: ProviderBatch, *, columns: d
 
 def load(runtime: Runtime, caller: Caller, text_id: str, api: str) -> tuple[Row, dict[str, int]]:
     """CALLER's batch created through API with its counts; BatchNotFound otherwise (malformed ids included)."""
-    batch_id = parse_batch_id(text_id)
     with runtime.pool.connection() as conn:
-        row = store.get_batch(conn, batch_id, caller.owner) if batch_id else None
-        if row is None or row["api"] != api:
-            raise BatchNotFound(message="batch not found")
-        return row, _counted(conn, [row])[row["id"]]
+        row = reads.batch_of_api(conn, caller, text_id, api)
+        return row, reads.counts_of(conn, [row])[row["id"]]
 
 
 def counted(runtime: Runtime, row: Row) -> dict[str, int]:
     """The counts of a batch row already read (service.find_batch), finished_at recorded as load does."""
     with runtime.pool.connection() as conn:
-        return _counted(conn, [row])[row["id"]]
+        return reads.counts_of(conn, [row])[row["id"]]
 
 
 def page(runtime: Runtime, caller: Caller, api: str, *, after: str | None, before: str | None,
@@ -74,11 +71,11 @@ def page(runtime: Runtime, caller: Caller, api: str, *, after: str | None, befor
     if any(text and cursor is None for text, cursor in zip((after, before), cursors, strict=True)):
         return Page([], {}, False)  # an id that is no batch is past every batch
     with runtime.pool.connection() as conn:
-        rows = store.list_batches_of_api(conn, caller.owner, api, after=cursors[0], before=cursors[1],
+        rows = reads.list_batches_of_api(conn, caller.owner, api, after=cursors[0], before=cursors[1],
                                          limit=limit + 1)
         more = len(rows) > limit
         rows = (rows[1:] if before else rows[:-1]) if more else rows
-        counts = _counted(conn, rows)
+        counts = reads.counts_of(conn, rows)
     return Page(rows, counts, more)
 
 
@@ -94,10 +91,10 @@ def cancel(runtime: Runtime, caller: Caller, text_id: str, api: str,
 
 
 def outcomes(runtime: Runtime, caller: Caller, batch_id: UUID) -> Iterator[ResultItem]:
-    """Every item's outcome with its stored response bytes, in idx order (service.result_items: whatever the
+    """Every item's outcome with its stored response bytes, in idx order (results.result_items: whatever the
     payload store's layout); access is checked before the first item, so a caller who may not read the batch gets
-    BatchNotFound right away; a delete that cuts them short raises service.ResultsCut (see service.cut_visibly)."""
-    return service.result_items(runtime, caller, batch_id)
+    BatchNotFound right away; a delete that cuts them short raises results.ResultsCut (see results.cut_visibly)."""
+    return results.result_items(runtime, caller, batch_id)
 
 
 def joined(lines: Iterator[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
@@ -112,15 +109,3 @@ def joined(lines: Iterator[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
             held, length = [], 0
     if held:
         yield b"".join(held)
-
-
-def _counted(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> dict[UUID, dict[str, int]]:
-    """The counts of ROWS from the engine's progress counters; finished_at is recorded once no item is queued or
-    running, as Relay's own read does."""
-    counts = store.counts_by_batch(conn, rows)
-    for row in rows:
-        found = counts[row["id"]]
-        if row["finished_at"] is None and not found["queued"] and not found["running"]:
-            with conn.transaction():
-                row["finished_at"] = store.finish_batch(conn, row["id"])
-    return counts

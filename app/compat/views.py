@@ -23,7 +23,7 @@ from schemas.batch_ids import anthropic_batch_id, file_id, openai_batch_id, pars
 from schemas.timestamps import rfc3339, unix
 
 if TYPE_CHECKING:
-    from app.batches.service import ResultItem
+    from app.batches.results import ResultItem
 
 Row = dict[str, Any]
 __all__ = ["anthropic_batch_id", "openai_batch_id", "parse_batch_id", "parse_file_id"]  # for the views' callers

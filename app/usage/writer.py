@@ -1,11 +1,10 @@
-"""The one writer of usage events: a call's event with its side writes, and a batch item's final state with its
-single event, committed in groups.
+"""The one writer of usage events: a call's event with its side writes, and (through the batch engine's lifecycle,
+plugged in as a `FinalsPort`) a batch item's final state with its single event, committed in groups.
 
-`commit_records(conn, finals, records)` is the only code that inserts usage events. In one transaction (the
-caller's) it moves the FINALS' items to their final state (one statement for all of them, counting them and
-summing their cost in `batch_progress`), inserts the usage event of every final that moved (so an item gets
-exactly one event, whoever finalizes it) and of every RECORD, then applies their side writes (rate-limit tokens,
-breaker changes, payload logs) grouped by statement, always in the same order so concurrent groups cannot deadlock.
+`commit_records(conn, records)` is the only code that inserts usage events. In one transaction (the caller's) it
+inserts the usage event of every RECORD, then applies their side writes (rate-limit tokens, breaker changes, payload
+logs) grouped by statement, always in the same order so concurrent groups cannot deadlock. Items' final states are
+`app.batches.lifecycle.commit_finals`, which calls down into it; this package never imports app/batches.
 
 `GroupWriter` is a per-process thread that batches what many threads submit into one such transaction: a worker
 process's items, a live API process's calls. `before_commit` runs first (the payload store's sync: a response's
@@ -20,14 +19,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from app.batches.store import finish_batches_now
 from app.db import Statement
 from app.usage.events import COLUMNS, UsageEvent, usage_statement
 
@@ -44,46 +41,33 @@ class UsageRecord:
     extra: tuple[Statement, ...] = ()
 
 
-@dataclass(frozen=True)
-class ItemFinal:
-    """A batch item moving FROM_STATE (owned by WORKER_ID when given) to its final STATE, with its usage record and
-    where its response is stored (segment, offset, length) when it has one."""
-
-    batch_id: UUID
-    idx: int
-    state: str
-    error: str | None
-    error_code: str | None
-    record: UsageRecord
-    from_state: str = "running"
-    worker_id: str | None = None
-    response: tuple[str, int, int] | None = None
-    then: tuple[int, Future[Any]] | None = None  # the next item to claim in the same transaction, and its result
+class Final(Protocol):
+    """A batch item's final state as a group writer handles it (app.batches.lifecycle.ItemFinal)."""
 
     @property
-    def key(self) -> ItemKey:
-        return self.batch_id, self.idx
+    def key(self) -> ItemKey: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def response(self) -> tuple[str, int, int] | None: ...
+    @property
+    def then(self) -> tuple[int, Future[Any]] | None: ...
 
 
-def commit_records(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal], records: Sequence[UsageRecord],
-                   *, counter: str = "", tails: set[UUID] | None = None) -> set[ItemKey]:
-    """Write FINALS and RECORDS in the caller's transaction; the keys of the finals whose item moved.
+@dataclass(frozen=True)
+class FinalsPort:
+    """How a group writer commits items' final states: COMMIT (conn, finals, records, counter=, tails=) → the keys
+    that moved, and FINISH (conn, batch ids) ends the batches a commit left for a second look. The batch engine's
+    lifecycle provides it (`app.batches.lifecycle.GROUP_FINALS`)."""
 
-    A batch whose last items these finals are is marked finished here too, with its webhook event (batches.store).
-    TAILS, when given, gets the batches left with no queued item but others running: two processes committing the
-    last items of one batch at once each miss the other's, so the caller checks those again once committed (the
-    reaper would within a heartbeat)."""
-    done, ending, tail = _finalize(conn, finals, counter) if finals else (set(), set(), set())
-    moved = [f.record for f in finals if f.key in done]
-    _late_usage(conn, [f for f in finals if f.key not in done], counter)
-    records = [*moved, *records]
+    commit: Callable[..., set[ItemKey]]
+    finish: Callable[[psycopg.Connection[Any], Sequence[UUID]], int]
+
+
+def commit_records(conn: psycopg.Connection[Any], records: Sequence[UsageRecord]) -> None:
+    """Insert RECORDS' usage events and apply their side writes, in the caller's transaction."""
     _insert_events(conn, [r.event for r in records])
     _side_writes(conn, [s for r in records for s in r.extra])
-    if ending:
-        finish_batches_now(conn, sorted(ending))
-    if tails is not None:
-        tails |= tail
-    return done
 
 
 _LATE_USAGE = """
@@ -105,77 +89,17 @@ DELETE FROM batch_usage WHERE batch_id IN (SELECT batch_id FROM fixed)
 """
 
 
-def _late_usage(conn: psycopg.Connection[Any], late: Sequence[ItemFinal], counter: str) -> None:
-    """Finals that found their item moved on, the upstream having answered (tokens counted): the reaper judged their
-    worker lost meanwhile (its session ended: a partition past the keepalives). The item stays `worker_lost`, but its
-    usage event gets what the upstream counted, and its cost counts toward the spend cap (a finished batch's cached
-    sums are dropped, to be summed again)."""
-    answered = [f for f in late if f.record.event.input_tokens or f.record.event.output_tokens]
-    if not answered:
+def correct_late_usage(conn: psycopg.Connection[Any], late: Sequence[UsageEvent], counter: str) -> None:
+    """The usage events of batch items' finals that found their item moved on, the upstream having answered (tokens
+    counted): the reaper judged their worker lost meanwhile (its session ended: a partition past the keepalives). The
+    item stays `worker_lost`, but its usage event gets what the upstream counted, and its cost counts toward the
+    spend cap (a finished batch's cached sums are dropped, to be summed again)."""
+    events = [e for e in late if e.input_tokens or e.output_tokens]
+    if not events:
         return
-    events = [f.record.event for f in answered]
-    conn.execute(_LATE_USAGE, ([f.batch_id for f in answered], [f.idx for f in answered],
+    conn.execute(_LATE_USAGE, ([e.batch_id for e in events], [e.batch_idx for e in events],
                                [e.input_tokens for e in events], [e.output_tokens for e in events],
                                [e.cached_tokens for e in events], [e.cost_nanos for e in events], counter))
-
-
-_FINALIZE = """
-WITH f AS (
-    SELECT * FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::text[], %s::bigint[], %s::int[], %s::bigint[])
-        AS f(batch_id, idx, state, error, error_code, from_state, worker_id, segment, "offset", length, cost)
-), done AS (
-    UPDATE batch_items i SET state = f.state, error = f.error, error_code = f.error_code, finished_at = now(),
-           response_segment = f.segment, response_offset = f."offset", response_length = f.length
-    FROM f
-    WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
-      AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)
-    RETURNING i.batch_id, i.idx, f.state, f.from_state, f.cost, f.error_code, i.reserved_nanos
-), moved AS (
-    SELECT batch_id, count(*) AS n, count(*) FILTER (WHERE from_state = 'running') AS running,
-           count(*) FILTER (WHERE state = 'completed') AS completed, count(*) FILTER (WHERE state = 'discarded')
-           AS discarded, count(*) FILTER (WHERE state = 'cancelled') AS cancelled, coalesce(sum(cost), 0) AS cost,
-           count(*) FILTER (WHERE error_code = 'batch_expired') AS expired,
-           coalesce(sum(reserved_nanos) FILTER (WHERE from_state = 'running'), 0) AS reserved
-    FROM done GROUP BY batch_id
-), counted AS (
-    INSERT INTO batch_progress AS p (batch_id, counter, running, completed, discarded, cancelled, cost_nanos,
-                                     expired, reserved_nanos)
-    SELECT batch_id, %s, -running, completed, discarded, cancelled, cost, expired, -reserved FROM moved
-    ON CONFLICT (batch_id, counter) DO UPDATE SET running = p.running + excluded.running,
-        completed = p.completed + excluded.completed, discarded = p.discarded + excluded.discarded,
-        cancelled = p.cancelled + excluded.cancelled, cost_nanos = p.cost_nanos + excluded.cost_nanos,
-        expired = p.expired + excluded.expired, reserved_nanos = p.reserved_nanos + excluded.reserved_nanos
-), tails AS (
-    -- The batches these finals leave with no queued item (by the counters before this statement: its own updates
-    -- are not visible to it), and whether they complete them: what was final before plus what this moves. Only
-    -- those are finished, in a statement of their own: no other batch row is touched.
-    SELECT b.id, b.total <= g.final + m.n AS ends
-    FROM moved m JOIN batches b ON b.id = m.batch_id,
-         LATERAL (SELECT coalesce(sum(p.completed + p.discarded + p.cancelled), 0) AS final,
-                         coalesce(sum(p.running), 0) AS running FROM batch_progress p WHERE p.batch_id = b.id) g
-    WHERE b.finished_at IS NULL AND b.total <= g.final + g.running
-)
-SELECT batch_id, idx, NULL::boolean FROM done UNION ALL SELECT id, -1, ends FROM tails
-"""
-
-
-def _finalize(conn: psycopg.Connection[Any], finals: Sequence[ItemFinal],
-              counter: str) -> tuple[set[ItemKey], set[UUID], set[UUID]]:
-    """Move FINALS' items; the keys of those that moved, the batches whose every item is now final, and those left
-    with no queued item but others running."""
-    columns: list[list[Any]] = [[] for _ in range(11)]
-    for f in finals:
-        segment, offset, length = f.response or (None, None, None)
-        for column, value in zip(columns, (f.batch_id, f.idx, f.state, f.error, f.error_code, f.from_state,
-                                           f.worker_id, segment, offset, length, f.record.event.cost_nanos),
-                                 strict=True):
-            column.append(value)
-    cur = conn.cursor(row_factory=tuple_row)
-    cur.execute(_FINALIZE, [*columns, counter])
-    rows = cur.fetchall()  # the items that moved, then a row (idx -1) per batch left with nothing queued
-    return ({(row[0], row[1]) for row in rows if row[2] is None}, {row[0] for row in rows if row[2]},
-            {row[0] for row in rows if row[2] is False})
 
 
 def _insert_events(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
@@ -202,7 +126,7 @@ def _side_writes(conn: psycopg.Connection[Any], statements: Sequence[Statement])
 
 @dataclass
 class _Pending:
-    finals: list[tuple[ItemFinal, Future[str | None]]] = field(default_factory=list)
+    finals: list[tuple[Final, Future[str | None]]] = field(default_factory=list)
     records: list[UsageRecord] = field(default_factory=list)
 
 
@@ -218,9 +142,11 @@ class GroupWriter:
     final state is committed (a killed worker still leaves at most one item per thread running)."""
 
     def __init__(self, pool: ConnectionPool, *, counter: str = "", before_commit: Callable[[], None] | None = None,
-                 unsynced: Callable[[ItemFinal, Exception], ItemFinal] | None = None, max_group: int = 500,
-                 name: str = "relay-usage-writer", then_claim: ThenClaim | None = None) -> None:
+                 unsynced: Callable[[Any, Exception], Any] | None = None, max_group: int = 500,
+                 name: str = "relay-usage-writer", then_claim: ThenClaim | None = None,
+                 finals: FinalsPort | None = None) -> None:
         self.pool = pool
+        self._finals = finals  # how items' final states are committed (a writer of calls only has none)
         self._then_claim = then_claim
         self._unsynced = unsynced  # what a final with a response becomes when before_commit failed
         self.counter = counter  # the batch_progress row this process counts in (no lock contention between them)
@@ -233,9 +159,11 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def finalize(self, final: ItemFinal) -> Future[str | None]:
+    def finalize(self, final: Final) -> Future[str | None]:
         """Queue an item's final state; once committed, the future gives the state it moved to (None if it had
         moved on: another path finalized it first)."""
+        if self._finals is None:
+            raise RuntimeError("this group writer commits usage records only")
         future: Future[str | None] = Future()
         with self._cond:
             self._pending.finals.append((final, future))
@@ -290,17 +218,17 @@ class GroupWriter:
             part_r, records = records[: self._max_group - len(part_f)], records[self._max_group - len(part_f):]
             self._commit_part(part_f, part_r)
 
-    def _commit_part(self, finals: list[tuple[ItemFinal, Future[str | None]]], records: list[UsageRecord]) -> None:
+    def _commit_part(self, finals: list[tuple[Final, Future[str | None]]], records: list[UsageRecord]) -> None:
         for delay in (*RETRY_S, None):
             try:
                 finals = self._synced(finals)
                 tails: set[UUID] = set()
                 with self.pool.connection() as conn, conn.transaction():
-                    done = commit_records(conn, [f for f, _ in finals], records, counter=self.counter, tails=tails)
+                    done = self._commit_group(conn, [f for f, _ in finals], records, tails)
                     claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
                 for final, future in finals:
                     if final.then is not None:
-                        final.then[1].set_result(claimed.get((final.batch_id, final.then[0])))
+                        final.then[1].set_result(claimed.get((final.key[0], final.then[0])))
                     future.set_result(final.state if final.key in done else None)
                 self._finish_tails(tails)
                 return
@@ -326,23 +254,31 @@ class GroupWriter:
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))
 
-    def _claim_next(self, conn: psycopg.Connection[Any], moved: list[ItemFinal]) -> dict[ItemKey, Any]:
-        wanted = [(f.batch_id, f.then[0]) for f in moved if f.then is not None]
+    def _commit_group(self, conn: psycopg.Connection[Any], finals: list[Final], records: list[UsageRecord],
+                      tails: set[UUID]) -> set[ItemKey]:
+        """Commit FINALS (through the finals port) and RECORDS in CONN's transaction; the keys that moved."""
+        if self._finals is None:
+            commit_records(conn, records)
+            return set()
+        return self._finals.commit(conn, finals, records, counter=self.counter, tails=tails)
+
+    def _claim_next(self, conn: psycopg.Connection[Any], moved: list[Final]) -> dict[ItemKey, Any]:
+        wanted = [(f.key[0], f.then[0]) for f in moved if f.then is not None]
         if not wanted or self._then_claim is None:
             return {}
         return self._then_claim(conn, wanted)
 
     def _finish_tails(self, tails: set[UUID]) -> None:
-        """Finish those of TAILS whose last items another process committed meanwhile (see commit_records)."""
-        if not tails:
+        """Finish those of TAILS whose last items another process committed meanwhile (see FinalsPort)."""
+        if not tails or self._finals is None:
             return
         try:
             with self.pool.connection() as conn, conn.transaction():
-                finish_batches_now(conn, sorted(tails))
+                self._finals.finish(conn, sorted(tails))
         except psycopg.Error as exc:  # the reaper finishes them within a heartbeat
             log.warning("usage writer: cannot finish batches now (%s)", type(exc).__name__)
 
-    def _synced(self, finals: list[tuple[ItemFinal, Future[str | None]]]) -> list[tuple[ItemFinal, Future[str | None]]]:
+    def _synced(self, finals: list[tuple[Final, Future[str | None]]]) -> list[tuple[Final, Future[str | None]]]:
         """Run before_commit (the payload store's sync); if it fails, the finals whose response it should have made
         durable are committed as `unsynced` says (never with a place whose bytes may be lost)."""
         if self._before_commit is None or not finals:

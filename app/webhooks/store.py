@@ -15,9 +15,6 @@ from schemas.batches import FINAL_STATES
 Row = dict[str, Any]
 Conn = Connection[Any]
 CHANNEL = "relay_webhooks"  # NOTIFYed when deliveries become due: the workers' outbox publishes them
-# What the transaction that ends a batch RETURNs of it, for its event (app/batches/store.py finishes batches).
-ENDED_COLUMNS = ("id, api, status, total, project_id, team_id, callback_url, callback_secret_enc, metadata,"
-                 " created_at, finished_at, expires_at")
 INTERRUPTED = "interrupted: the attempt's worker stopped before it recorded an outcome"
 
 

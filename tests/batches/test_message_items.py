@@ -11,7 +11,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from app.batches import store
+from app.batches import lifecycle
 from app.batches.messages import run_items
 from app.batches.runner import WorkerContext
 from tests.batches.helpers import CHAT, submit, usage_events
@@ -29,13 +29,13 @@ def ctx(runtime) -> Iterator[WorkerContext]:  # type: ignore[no-untyped-def]
 @pytest.fixture()
 def claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the claim statements of single items (the first of a message)."""
-    real, seen = store.claim_item, []
+    real, seen = lifecycle.claim_item, []
 
     def counted(conn: Any, batch_id: UUID, idx: int, worker_id: str, **options: Any) -> Any:
         seen.append(idx)
         return real(conn, batch_id, idx, worker_id, **options)
 
-    monkeypatch.setattr(store, "claim_item", counted)
+    monkeypatch.setattr(lifecycle, "claim_item", counted)
     return seen
 
 

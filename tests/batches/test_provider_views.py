@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.batches.errors import BatchTooLarge, InvalidBatch
-from app.batches.service import ResultItem
+from app.batches.results import ResultItem
 from app.compat.inputs import from_anthropic_body, from_openai_jsonl
 from app.compat.views import (
     anthropic_batch,

@@ -13,7 +13,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from app.batches import store
+from app.batches import lifecycle
 from app.batches.retention import purge_batches
 from app.batches.service import payload_store
 from devtools.processes import ROOT
@@ -52,7 +52,7 @@ def test_the_submitter_deletes_a_finished_batch_with_its_files_and_its_usage_eve
 def test_a_batch_with_items_still_queued_or_running_is_a_409_and_stays_whole(client, key, runtime) -> None:
     batch_id = str(submit(client, key, [CHAT] * 3).json["id"])
     with runtime.pool.connection() as conn:
-        assert store.claim_item(conn, UUID(batch_id), 0, "elsewhere") is not None  # as a worker elsewhere does
+        assert lifecycle.claim_item(conn, UUID(batch_id), 0, "elsewhere") is not None  # as a worker elsewhere does
     try:
         res = _delete(client, key, batch_id)
         assert res.status_code == 409

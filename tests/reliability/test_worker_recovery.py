@@ -10,7 +10,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from app.batches import outbox, runner, store
+from app.batches import lifecycle, outbox, runner
 from app.batches.monitor import Heartbeat, reap
 from app.batches.runner import WorkerContext, run_item
 from devtools.stack import Stack
@@ -36,7 +36,7 @@ def no_claim_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _drop_connection_once(monkeypatch: pytest.MonkeyPatch, *, after_commit: bool) -> list[int]:
     """Make the next claim fail as a dropped connection does: before its UPDATE ran, or after it committed."""
-    real = store.claim_item
+    real = lifecycle.claim_item
     calls: list[int] = []
 
     def claim(conn: Any, batch_id: UUID, idx: int, worker_id: str, **options: Any) -> Any:
@@ -47,7 +47,7 @@ def _drop_connection_once(monkeypatch: pytest.MonkeyPatch, *, after_commit: bool
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return real(conn, batch_id, idx, worker_id, **options)
 
-    monkeypatch.setattr(store, "claim_item", claim)
+    monkeypatch.setattr(lifecycle, "claim_item", claim)
     return calls
 
 
@@ -83,7 +83,7 @@ def test_an_item_left_running_under_this_worker_id_by_an_earlier_run_is_discarde
     key = shared.new_key("kill")
     batch_id = shared.submit(key, "claim-old", 1)
     with shared.runtime.pool.connection() as conn:
-        assert store.claim_item(conn, UUID(batch_id), 0, ctx.worker_id) is not None
+        assert lifecycle.claim_item(conn, UUID(batch_id), 0, ctx.worker_id) is not None
         conn.execute("UPDATE batch_items SET started_at = now() - interval '1 hour' WHERE batch_id = %s",
                      (batch_id,))
     _drop_connection_once(monkeypatch, after_commit=False)
@@ -102,7 +102,7 @@ def test_a_claim_that_keeps_failing_raises_and_leaves_the_item_queued(shared: St
     def down(*args: Any, **options: Any) -> Any:
         raise psycopg.OperationalError("connection refused")
 
-    monkeypatch.setattr(store, "claim_item", down)
+    monkeypatch.setattr(lifecycle, "claim_item", down)
     with pytest.raises(psycopg.OperationalError):
         run_item(ctx, UUID(batch_id), 0)
     assert shared.count_items(batch_id, "queued") == 1  # the lost-message sweep publishes it again
@@ -133,7 +133,7 @@ def test_the_reaper_discards_items_of_a_silent_worker_only_when_told_it_can_judg
     batch_id = shared.submit(key, "ghost", 1)
     with shared.runtime.pool.connection() as conn:
         outbox.heartbeat(conn, "ghost-worker", "elsewhere", 1)
-        assert store.claim_item(conn, UUID(batch_id), 0, "ghost-worker") is not None
+        assert lifecycle.claim_item(conn, UUID(batch_id), 0, "ghost-worker") is not None
         conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'ghost-worker'")
         conn.execute("UPDATE batch_items SET started_at = now() - interval '1 minute' WHERE batch_id = %s",
                      (batch_id,))
@@ -157,7 +157,7 @@ def test_an_item_claimed_since_its_workers_last_heartbeat_is_not_judged_lost(sha
         outbox.heartbeat(conn, "returning-worker", "elsewhere", 1)
         conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'returning-worker'")
         for idx in (0, 1):
-            assert store.claim_item(conn, UUID(batch_id), idx, "returning-worker") is not None
+            assert lifecycle.claim_item(conn, UUID(batch_id), idx, "returning-worker") is not None
         conn.execute("UPDATE batch_items SET started_at = now() - interval '1 minute' WHERE batch_id = %s AND idx = 0",
                      (batch_id,))
     try:

@@ -89,7 +89,7 @@ def insert_event(runtime: Any, caller: Caller, at: datetime, **fields: Any) -> i
     where, key = (("batch_id = %s AND batch_idx = %s", (event.batch_id, event.batch_idx)) if event.batch_id
                   else ("request_id = %s", (request_id,)))
     with runtime.pool.connection() as conn:
-        commit_records(conn, [], [UsageRecord(event)])
+        commit_records(conn, [UsageRecord(event)])
         row = conn.execute(f"UPDATE usage_events SET created_at = %s WHERE {where} RETURNING id",
                            (at, *key)).fetchone()
     return int(row["id"])

@@ -16,6 +16,7 @@ from app.settings import Settings
 from app.webhooks import signing
 from app.webhooks.delivery import retry_wait
 from app.webhooks.events import event_type, expiry_passed, render
+from app.wiring import plug_into_engine
 from tests.webhooks.helpers import new_secret
 
 BODY = b'{"id":"evt_1","object":"event","created_at":1,"type":"batch.completed","data":{"id":"batch_1"}}'
@@ -71,6 +72,11 @@ def test_the_retry_wait_doubles_from_the_minimum_up_to_the_maximum() -> None:
                                 secret_key="s" * 16), webhook_retry_min_s=5, webhook_retry_max_s=3600)
     assert [retry_wait(settings, n) for n in range(1, 12)] == [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600]
     assert retry_wait(settings, 500) == 3600
+
+
+@pytest.fixture(autouse=True)
+def _compatible_apis_registered() -> None:
+    plug_into_engine()  # as every process does at boot: the OpenAI and Anthropic event formats
 
 
 def test_the_event_type_follows_the_batch_api_and_how_it_ended() -> None:
