@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from devtools.processes import RelayProcess, free_port, start_api, start_workers
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.live.conftest import LEASED, bearer
 from tests.observability.helpers import parse, value
 from tests.pipeline.helpers import CHAT
@@ -92,7 +92,7 @@ def key_with_id(admin: Any, replicas: list[RelayProcess], policy: str) -> tuple[
     assert res.status_code == 201, res.get_data(as_text=True)
     key = str(res.json["key"])
     for api in replicas:
-        wait_for(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
+        until(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
                                      .status_code == 200 for _ in range(4)), what="the key on every worker")
     return key, str(res.json["id"])
 
@@ -123,7 +123,7 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
     key, key_id = key_with_id(admin, replicas, "leased")
     doomed = start_api(live_env, tmp_path_factory.mktemp("doomed"), workers=1)
     try:
-        wait_for(lambda: requests.get(f"{doomed.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
+        until(lambda: requests.get(f"{doomed.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
                  what="the key on the new replica")
         time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.05)
         window_start = time.time()
