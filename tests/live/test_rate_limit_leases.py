@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import requests
 
-from devtools.processes import RelayProcess, free_port, start_api, start_workers
+from devtools.cluster.ports import reserve
+from devtools.processes import RelayProcess, start_api, start_workers
 from devtools.waiting import until
 from tests.live.conftest import LEASED, bearer
 from tests.observability.helpers import parse, value
@@ -28,8 +29,9 @@ WINDOW_S = 3  # the `leased` policy's window
 @pytest.fixture(scope="module")
 def batch_workers(live_env: dict[str, str], runtime: Any, tmp_path_factory: pytest.TempPathFactory,
                   replicas: list[RelayProcess]) -> Iterator[tuple[RelayProcess, int]]:
-    port = free_port()
-    proc = start_workers({**live_env, "RELAY_WORKER_METRICS_PORT": str(port)}, tmp_path_factory.mktemp("workers"),
+    workdir = tmp_path_factory.mktemp("workers")
+    [port] = reserve(1, workdir)  # a worker setting, so not port 0: one outside the ephemeral range, claimed
+    proc = start_workers({**live_env, "RELAY_WORKER_METRICS_PORT": str(port)}, workdir,
                          runtime, processes=2, threads=8, worker_heartbeat_s=0.5, worker_lost_after_s=5)
     yield proc, port
     proc.stop()
