@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-HANG_S = 60.0  # the default bound: far past any honest wait on a loaded machine
+HANG_S = 120.0  # the default bound: far past any honest wait, even on a machine shared by parallel runs
 
 
 def until(read: Callable[[], T], done: Callable[[T], Any] = bool, *, what: str = "the condition",

@@ -168,7 +168,7 @@ def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_
                                 "--url", api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        until(lambda: upstream.stats()["in_flight"] >= 4, timeout=30, what="the batch running")
+        until(lambda: upstream.stats()["in_flight"] >= 4, what="the batch running")
         api.stop(signal.SIGTERM)
         time.sleep(1.5)  # the CLI finds nobody there for a while
         api = start_api(settings_env, tmp_path, port=port)
@@ -195,7 +195,7 @@ def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel
                                 "--url", relay_api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        until(lambda: upstream.stats()["in_flight"] >= 1, timeout=30, what="the batch running")
+        until(lambda: upstream.stats()["in_flight"] >= 1, what="the batch running")
         waiting.send_signal(signal.SIGINT)
         out, err = waiting.communicate(timeout=60)
     finally:
