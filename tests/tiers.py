@@ -8,7 +8,8 @@ Tiers (pytest markers, registered in pyproject.toml):
   The default local `scripts/test.sh` deselects it; `CI=true` runs everything.
 
 Parallel groups (pytest-xdist, `--dist loadgroup`): every file is one group, so a module's fixtures (workers, an
-API, an upstream) start once; the cluster's folder is one group, so one run starts one local cluster.
+API, an upstream) start once; the cluster's folder is one group, so one run starts one local cluster, and so is the
+console's (one browser, one screenshots folder).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ SLOW_MARKS = {"faults", "cluster"}
 # Fixtures that start Relay's processes, wherever a test uses them.
 PROCESS_FIXTURES = {"relay_api", "workers", "stack", "private_stack", "replicas", "cluster_stack", "console",
                     "fuzz_stack", "security_stack", "seaweedfs"}
-# Folders whose tests share one expensive session fixture: one xdist group each.
-SHARED_GROUPS = {"cluster"}
+# Folders whose tests share one expensive session fixture, or a fixed folder: one xdist group each (the cluster;
+# the console's browser, its stack and its screenshots folder, test-artifacts/console).
+SHARED_GROUPS = {"cluster", "console"}
 
 
 def _folder(item: pytest.Item) -> str:
