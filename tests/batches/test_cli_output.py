@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from devtools.cluster.ports import reserve
 from devtools.processes import ROOT, start_api
 from devtools.waiting import until
 from tests.batches.helpers import CHAT
@@ -161,8 +162,8 @@ def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_
                                                                        make_key, tmp_path) -> None:
     slow = make_key("slow")["key"]
     upstream.control("sk-batch-slow", latency_ms=2_500)  # below the items' 4 s limit
-    api = start_api(settings_env, tmp_path)
-    port = int(api.url.rsplit(":", 1)[1])
+    [port] = reserve(1, tmp_path)  # restarted on its address below: outside the ephemeral range, claimed
+    api = start_api(settings_env, tmp_path, port=port)
     waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
                                 str(_jsonl(tmp_path, *[CHAT] * 4)), "--shape", "openai", "--wait", "--yes",
                                 "--url", api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
