@@ -61,24 +61,41 @@ def start_relay(args: list[str], env: dict[str, str], log_path: Path) -> RelayPr
     return RelayProcess(proc=proc, log_path=log_path)
 
 
+def listening_port(pid: int) -> int | None:
+    """The TCP port process PID listens on (the OS chose it: the process bound port 0), or None yet. Read from
+    /proc: the process's socket inodes matched against its network namespace's listening sockets."""
+    try:
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    inodes = {link[len("socket:["):-1] for link in fds if link.startswith("socket:[")}
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                return int(fields[1].rsplit(":", 1)[1], 16)
+    return None
+
+
 def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, connections: int = 1000,
-              port: int | None = None) -> RelayProcess:
-    """Start `relay api` on PORT (a free one by default: PORT is for a restart on the same address) and wait until
-    /readyz answers 200."""
-    port = port or free_port()
+              port: int = 0) -> RelayProcess:
+    """Start `relay api` on loopback PORT and wait until /readyz answers 200. By default the OS picks the port (the
+    process binds port 0 and the port it got is read back); a PORT is for a restart on the same address."""
     api = start_relay(["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
                        "--connections", str(connections)],
-                      env, log_dir / f"api-{port}-{time.monotonic_ns()}.log")
-    api.url = f"http://127.0.0.1:{port}"
+                      env, log_dir / f"api-{port or 'any'}-{time.monotonic_ns()}.log")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if api.proc.poll() is not None:
             raise RuntimeError(f"relay api exited early:\n{api.log()}")
-        try:
-            if requests.get(api.url + "/readyz", timeout=2).status_code == 200:
-                return api
-        except requests.RequestException:
-            pass
+        bound = port or listening_port(api.proc.pid)
+        if bound:
+            api.url = f"http://127.0.0.1:{bound}"
+            try:
+                if requests.get(api.url + "/readyz", timeout=2).status_code == 200:
+                    return api
+            except requests.RequestException:
+                pass
         time.sleep(0.1)
     api.stop()
     raise RuntimeError(f"relay api did not become ready:\n{api.log()}")

@@ -1,6 +1,7 @@
 """Test access to the project-local services: a fresh database and RabbitMQ vhost per test session.
 
-Set RELAY_TEST_DB (default relay_test) to isolate parallel runs; the vhost takes the same name.
+Set RELAY_TEST_DB (default relay_test) to isolate parallel runs; the vhost takes the same name. Under pytest-xdist
+each worker derives its own name, `<RELAY_TEST_DB>_gw0`, `_gw1`, ... (`worker_db_name`).
 Under CI=true a missing service fails the run instead of skipping.
 """
 
@@ -28,6 +29,13 @@ class ServiceUrls:
     broker_url: str
     vhost: str
     mq_api: str
+
+
+def worker_db_name() -> str:
+    """This test process's database and vhost name: RELAY_TEST_DB, plus `_<worker>` under a pytest-xdist worker."""
+    base = os.environ.get("RELAY_TEST_DB", "relay_test")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return f"{base}_{worker}" if worker and not base.endswith("_" + worker) else base
 
 
 def services_up() -> bool:

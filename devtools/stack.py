@@ -158,10 +158,11 @@ class Stack:
         assert res.status_code == 201, res.get_data(as_text=True)
         return res.json  # type: ignore[no-any-return]
 
-    def start_api(self, **overrides: Any) -> RelayProcess:
-        """A real `relay api` (gunicorn, one worker) on a free port, with RELAY_* OVERRIDES."""
+    def start_api(self, port: int = 0, **overrides: Any) -> RelayProcess:
+        """A real `relay api` (gunicorn, one worker) with RELAY_* OVERRIDES, on PORT (by default one the OS picks,
+        read back; a PORT for an API a test restarts on the same address)."""
         env = {**self.env, **{"RELAY_" + k.upper(): str(v) for k, v in overrides.items()}}
-        api = start_api(env, self.logs, workers=1)
+        api = start_api(env, self.logs, workers=1, port=port)
         self.processes.append(api)
         return api
 

@@ -15,14 +15,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from devtools.processes import ROOT, free_port
+from devtools.processes import ROOT, listening_port
 
 _lock = threading.Lock()
 _received: list[dict[str, Any]] = []
@@ -111,9 +111,10 @@ class Received:
 
 @dataclass
 class Receiver:
-    """The receiver process, on PORT (kept across a stop and a start)."""
+    """The receiver process, on PORT: 0 until the first start, whose port the OS picks (read back); kept across a
+    stop and a start."""
 
-    port: int = field(default_factory=free_port)
+    port: int = 0
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
@@ -125,13 +126,18 @@ class Receiver:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen([sys.executable, "-m", "devtools.webhook_receiver", "--port", str(self.port)],
                                      cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the webhook receiver exited with {self.proc.returncode}")
+            self.port = self.port or listening_port(self.proc.pid) or 0
             try:
-                requests.get(self.url + "/_control/requests", timeout=1)
-                return self
+                if self.port:
+                    requests.get(self.url + "/_control/requests", timeout=1)
+                    return self
             except requests.RequestException:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise RuntimeError("the webhook receiver did not start")
 
     def stop(self) -> None:

@@ -10,5 +10,11 @@ bash scripts/browser.sh  # headless Chromium + chromedriver from Debian, for tes
 echo "== ruff"; .venv/bin/ruff check app actors adapters schemas devtools tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
-# Under CI=true a missing service fails the run (tests/conftest.py); exit 5 (no tests ran) is a failure too.
-CI="${CI:-true}" .venv/bin/pytest "$@"
+# The tiers (tests/tiers.py): CI=true runs them all; a local run deselects `slow` (faults, the cluster, the console,
+# fuzzing, the bench's smoke tests). Arguments come last, so `-m ...` or `-n ...` of the caller win.
+TIERS=(-m "not slow")
+[[ "${CI:-}" == true ]] && TIERS=()
+# In parallel (pytest-xdist): RELAY_TEST_WORKERS processes, each on a database and vhost of its own
+# (<RELAY_TEST_DB>_gw0, ...); one group per test file, so a module's processes start once.
+# Under CI=true for pytest a missing service fails the run (tests/conftest.py); exit 5 (no tests ran) is a failure.
+CI=true .venv/bin/pytest -n "${RELAY_TEST_WORKERS:-3}" --dist loadgroup "${TIERS[@]}" "$@"

@@ -11,9 +11,13 @@ import pytest
 from app.runtime import Runtime
 from app.settings import Settings
 from devtools.seaweedfs import SeaweedFS, start_seaweedfs
-from devtools.services import ServiceUrls, ensure_services, fresh_services
+from devtools.services import ServiceUrls, ensure_services, fresh_services, worker_db_name
 
-TEST_DB = os.environ.get("RELAY_TEST_DB", "relay_test")
+# Every name a test makes global (databases, vhosts, queues, the stacks' `<RELAY_TEST_DB>_<suffix>` databases) starts
+# with RELAY_TEST_DB; under pytest-xdist this worker's own `<base>_gwN` replaces it here, for the fixtures that read
+# the variable and for every process a test starts.
+TEST_DB = os.environ["RELAY_TEST_DB"] = worker_db_name()
+pytest_plugins = ["tests.tiers"]  # the tiers' markers and the xdist groups
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from app.runtime import Runtime
+from devtools.waiting import until
 
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60}
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the batch"}]}
@@ -65,7 +65,6 @@ def _policy(name: str, pool: list[str], *, models: list[str] | None = None, **ex
             "circuit_breaker": {"failures": 1000, "cooldown": "1s"}, **extra}
 
 
-
 def submit(client: Any, key: str, requests: list[Any], shape: str = "openai", **extra: Any) -> Any:
     return client.post("/v1/batches", json={"shape": shape, "requests": requests, **extra},
                        headers={"Authorization": f"Bearer {key}"})
@@ -75,28 +74,16 @@ def get(client: Any, key: str, path: str, **params: Any) -> Any:
     return client.get(path, query_string=params, headers={"Authorization": f"Bearer {key}"})
 
 
-def wait_finished(client: Any, key: str, batch_id: str, timeout: float = 30) -> dict[str, Any]:
-    """Poll the batch until it says finished; fail with its last state after TIMEOUT."""
-    deadline = time.monotonic() + timeout
-    body: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+def wait_finished(client: Any, key: str, batch_id: str, timeout: float = 60) -> dict[str, Any]:
+    """Poll the batch until it says finished; fail with its last state after TIMEOUT (a bound only a hang crosses)."""
+
+    def read() -> dict[str, Any]:
         res = get(client, key, f"/v1/batches/{batch_id}", limit=1000)
         assert res.status_code == 200, res.get_data(as_text=True)
-        body = res.json
-        if body["finished"]:
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"batch {batch_id} not finished after {timeout}s: {body.get('counts')}")
+        return res.json  # type: ignore[no-any-return]
 
-
-def wait_for(predicate: Any, timeout: float = 10, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    body = until(read, lambda b: b["finished"], what=f"batch {batch_id} finished", timeout=timeout)
+    return body
 
 
 def results(client: Any, key: str, batch_id: str) -> list[dict[str, Any]]:

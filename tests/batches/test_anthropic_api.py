@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from devtools.processes import RelayProcess
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.batches.provider_helpers import batch_rows, batch_uuid, message, usage_by_custom_id, wait_anthropic
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
@@ -71,7 +71,7 @@ def test_cancel_mid_run_ends_the_batch_with_every_request_canceled(relay_api, ke
     upstream.control("sk-batch-an", latency_ms=60_000)
     created = claude.messages.batches.create(requests=[{"custom_id": f"c{i}", "params": message(f"slow {i}")}
                                                        for i in range(20)])
-    wait_for(lambda: upstream.stats()["in_flight"] == 8, what="every worker thread calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 8, what="every worker thread calling the upstream")
     canceling = claude.messages.batches.cancel(created.id)
     assert canceling.processing_status in ("canceling", "ended") and canceling.cancel_initiated_at is not None
     done = wait_anthropic(claude, created.id, timeout=10)
@@ -104,7 +104,7 @@ def test_only_an_ended_batch_can_be_deleted_and_then_it_is_gone(relay_api, key, 
     claude = client(relay_api, key)
     upstream.control("sk-batch-an", latency_ms=60_000)
     running = claude.messages.batches.create(requests=[{"custom_id": "r", "params": message("wait")}])
-    wait_for(lambda: upstream.stats()["in_flight"] == 1, what="the request running")
+    until(lambda: upstream.stats()["in_flight"] == 1, what="the request running")
     with pytest.raises(anthropic.ConflictError) as refused:
         claude.messages.batches.delete(running.id)
     assert refused.value.body["error"]["code"] == "batch_not_ended"

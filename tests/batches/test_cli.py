@@ -59,8 +59,11 @@ def test_cancel_and_errors_are_reported(relay_api, workers, make_key, upstream, 
     upstream.control("sk-batch-slow", latency_ms=5_000)
     submitted = relay(relay_api, key, "submit", "-", "--shape", "openai", "--yes",
                       stdin=b"\n".join(json.dumps(CHAT).encode() for _ in range(20)))
+    assert submitted.returncode == 0, submitted.stderr.decode()
     batch_id = submitted.stdout.decode().strip()
-    cancelled = json.loads(relay(relay_api, key, "cancel", batch_id, "--json").stdout)
+    cancel = relay(relay_api, key, "cancel", batch_id, "--json")
+    assert cancel.returncode == 0, cancel.stderr.decode()
+    cancelled = json.loads(cancel.stdout)
     assert cancelled["status"] == "cancelled"
     bad = relay(relay_api, key, "submit", "-", "--shape", "openai", stdin=b'{"model": "x"}\n')
     assert bad.returncode == 1 and b"invalid_batch" in bad.stderr and b"requests[0].messages" in bad.stderr

@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from devtools.cluster.ports import reserve
 from devtools.processes import ROOT, start_api
-from tests.batches.helpers import CHAT, wait_for
+from devtools.waiting import until
+from tests.batches.helpers import CHAT
 
 pytestmark = pytest.mark.integration
 
@@ -160,14 +162,14 @@ def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_
                                                                        make_key, tmp_path) -> None:
     slow = make_key("slow")["key"]
     upstream.control("sk-batch-slow", latency_ms=2_500)  # below the items' 4 s limit
-    api = start_api(settings_env, tmp_path)
-    port = int(api.url.rsplit(":", 1)[1])
+    [port] = reserve(1, tmp_path)  # restarted on its address below: outside the ephemeral range, claimed
+    api = start_api(settings_env, tmp_path, port=port)
     waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
                                 str(_jsonl(tmp_path, *[CHAT] * 4)), "--shape", "openai", "--wait", "--yes",
                                 "--url", api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: upstream.stats()["in_flight"] >= 4, timeout=30, what="the batch running")
+        until(lambda: upstream.stats()["in_flight"] >= 4, what="the batch running")
         api.stop(signal.SIGTERM)
         time.sleep(1.5)  # the CLI finds nobody there for a while
         api = start_api(settings_env, tmp_path, port=port)
@@ -194,7 +196,7 @@ def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel
                                 "--url", relay_api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: upstream.stats()["in_flight"] >= 1, timeout=30, what="the batch running")
+        until(lambda: upstream.stats()["in_flight"] >= 1, what="the batch running")
         waiting.send_signal(signal.SIGINT)
         out, err = waiting.communicate(timeout=60)
     finally:

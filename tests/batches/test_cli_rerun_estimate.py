@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from devtools.processes import ROOT
-from tests.batches.helpers import CHAT, wait_for
+from devtools.waiting import until
+from tests.batches.helpers import CHAT
 from tests.batches.test_cli_output import _jsonl, cli
 
 pytestmark = pytest.mark.integration
@@ -132,7 +133,7 @@ def test_rerun_makes_a_new_batch_of_the_discarded_items_and_says_what_it_is(rela
 
     twice = cli(relay_api.url, key, "rerun", original)  # the item is in a re-run already: told which
     assert twice.returncode == 1 and twice.stderr.startswith("relay: rerun_exists: ") and new_id in twice.stderr
-    wait_for(lambda: cli(relay_api.url, key, "status", new_id, "--json").stdout.count('"finished": true'),
+    until(lambda: cli(relay_api.url, key, "status", new_id, "--json").stdout.count('"finished": true'),
              timeout=30, what="the re-run to finish")
     again = cli(relay_api.url, key, "rerun", new_id, "--codes", "model_not_found", "--json", "--wait")
     assert again.returncode == 3, again.stderr  # the model still does not exist

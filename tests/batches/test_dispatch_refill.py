@@ -11,7 +11,8 @@ import pytest
 from actors.broker import RelayBroker
 from actors.publisher import RabbitPublisher
 from app.batches.dispatch import Dispatcher
-from tests.batches.helpers import CHAT, submit, wait_for
+from devtools.waiting import until
+from tests.batches.helpers import CHAT, submit
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
@@ -35,7 +36,7 @@ def test_items_finishing_after_a_pass_that_filled_the_window_wake_the_next_pass(
                             item_seconds=lambda: 1.0, poll_s=300)  # slow items: one a message
     dispatcher.start()
     try:
-        wait_for(lambda: _published(runtime, batch_id) == 3, 10, "the first window published")
+        until(lambda: _published(runtime, batch_id) == 3, what="the first window published")
         assert dispatcher.window(threads=2, backlog=37, processes=1) == (3, 1)
         with runtime.pool.connection() as conn:  # the window's items become final (as a worker would count them)
             conn.execute("INSERT INTO batch_progress (batch_id, counter, completed) VALUES (%s, 'refill-test', 3)",
@@ -43,7 +44,7 @@ def test_items_finishing_after_a_pass_that_filled_the_window_wake_the_next_pass(
         for _ in range(3):
             dispatcher.item_finished()
         # Within a few seconds, far from the 300 s poll: the finishes woke the next pass.
-        wait_for(lambda: _published(runtime, batch_id) == 6, 5, "the next window published after the finishes")
+        until(lambda: _published(runtime, batch_id) == 6, what="the next window published after the finishes")
     finally:
         dispatcher.stop()
         client.post(f"/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"})

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from devtools.processes import RelayProcess, start_workers
+from devtools.waiting import until
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, get, submit, wait_finished, wait_for
+from tests.batches.helpers import CHAT, get, submit, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 ITEMS = 400
@@ -45,7 +46,7 @@ def _cancel(client: Any, *batches: tuple[str, str]) -> None:
 def test_a_new_owners_small_batch_overtakes_another_owners_long_backlog(client, make_key, slow_upstream) -> None:
     big_key, small_key = make_key("fair")["key"], make_key("fair")["key"]
     big = submit(client, big_key, [CHAT] * ITEMS).json["id"]
-    wait_for(lambda: _final(client, big_key, big) >= 20, timeout=60, what="the big batch running")
+    until(lambda: _final(client, big_key, big) >= 20, timeout=60, what="the big batch running")
     small = submit(client, small_key, [CHAT] * 5).json["id"]
     done = wait_finished(client, small_key, small, timeout=60)
     behind = ITEMS - _final(client, big_key, big)
@@ -58,7 +59,7 @@ def test_two_owners_big_batches_progress_at_the_same_pace(client, make_key, slow
     key_a, key_b = make_key("fair")["key"], make_key("fair")["key"]
     a = submit(client, key_a, [CHAT] * ITEMS).json["id"]
     b = submit(client, key_b, [CHAT] * ITEMS).json["id"]
-    wait_for(lambda: _final(client, key_a, a) + _final(client, key_b, b) >= 160, timeout=120, what="160 items run")
+    until(lambda: _final(client, key_a, a) + _final(client, key_b, b) >= 160, timeout=120, what="160 items run")
     done_a, done_b = _final(client, key_a, a), _final(client, key_b, b)
     _cancel(client, (key_a, a), (key_b, b))
     assert abs(done_a - done_b) <= 0.3 * (done_a + done_b), (done_a, done_b)
@@ -72,9 +73,9 @@ def test_a_policy_batch_weight_gives_its_batches_a_larger_share(client, make_key
         return _final(client, heavy_key, heavy), _final(client, light_key, light)
 
     # Measured after the first 40 items: the light batch, submitted first, had the whole first window to itself.
-    wait_for(lambda: sum(finals()) >= 40, timeout=120, what="40 items run")
+    until(lambda: sum(finals()) >= 40, timeout=120, what="40 items run")
     start_heavy, start_light = finals()
-    wait_for(lambda: sum(finals()) >= 40 + 200, timeout=120, what="200 more items run")
+    until(lambda: sum(finals()) >= 40 + 200, timeout=120, what="200 more items run")
     end_heavy, end_light = finals()
     done_heavy, done_light = end_heavy - start_heavy, end_light - start_light
     _cancel(client, (heavy_key, heavy), (light_key, light))

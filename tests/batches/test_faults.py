@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 
 from devtools.processes import start_workers
+from devtools.waiting import until
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, submit, usage_events, wait_finished, wait_for
+from tests.batches.helpers import CHAT, submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
@@ -40,7 +41,7 @@ def test_an_item_whose_worker_was_killed_is_discarded_as_worker_lost_and_never_r
     doomed = start_workers(settings_env, logs, runtime, processes=1, threads=2,
                            **{**WORKER_SETTINGS, "batch_item_time_limit_s": 60})
     batch_id = submit(client, key, [CHAT]).json["id"]
-    wait_for(lambda: upstream.stats()["in_flight"] == 1, what="the item calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 1, what="the item calling the upstream")
     os.killpg(doomed.proc.pid, signal.SIGKILL)
     doomed.proc.wait(10)
     survivor = start_workers(settings_env, logs, runtime, processes=1, threads=2, **WORKER_SETTINGS)
@@ -63,7 +64,7 @@ def test_a_worker_stopped_with_sigterm_finishes_its_running_items_first(client, 
     workers = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=1, threads=2,
                             **WORKER_SETTINGS)
     batch_id = submit(client, key, [CHAT, CHAT]).json["id"]
-    wait_for(lambda: upstream.stats()["in_flight"] == 2, what="both items calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 2, what="both items calling the upstream")
     workers.proc.send_signal(signal.SIGTERM)  # what a container runtime sends to the main process
     assert workers.proc.wait(30) == 0
     batch = wait_finished(client, key, batch_id, timeout=5)
@@ -84,7 +85,7 @@ def test_a_killed_workers_reservation_under_a_hard_cap_is_released_and_the_next_
     doomed = start_workers(settings_env, logs, runtime, processes=1, threads=2,
                            **{**WORKER_SETTINGS, "batch_item_time_limit_s": 60})
     batch_id = submit(client, key, [item, item], max_cost=float(bound * 3 / 2)).json["id"]  # room for one bound
-    wait_for(lambda: upstream.stats()["in_flight"] == 1, what="the first item calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 1, what="the first item calling the upstream")
     os.killpg(doomed.proc.pid, signal.SIGKILL)
     doomed.proc.wait(10)
     upstream.control("sk-batch-slow", latency_ms=0)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.compat.openai_view import file_disk
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.batches.provider_helpers import batch_uuid, chat, jsonl
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ def test_a_batches_output_files_expire_after_its_end_as_asked(client, make_key, 
         "input_file_id": upload["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h",
         "output_expires_after": {"anchor": "created_at", "seconds": 2 * HOUR}}).json
     read = lambda: client.get(f"/v1/batches/{created['id']}", headers=auth).json  # noqa: E731
-    done = wait_for(lambda: (batch := read())["status"] == "completed" and batch, timeout=60, what="the batch's end")
+    done = until(lambda: (batch := read())["status"] == "completed" and batch, timeout=60, what="the batch's end")
     output = client.get(f"/v1/files/{done['output_file_id']}", headers=auth).json
     assert output["expires_at"] == done["completed_at"] + 2 * HOUR
     _age(runtime, "UPDATE batches SET finished_at = finished_at - interval '2 hours 1 second' WHERE id = %s",

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from devtools.processes import RelayProcess, start_workers
+from devtools.waiting import until
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, results, submit, usage_events, wait_finished, wait_for
+from tests.batches.helpers import CHAT, results, submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
@@ -57,7 +58,7 @@ def test_gevent_workers_stop_running_items_on_cancel(client, make_key, upstream,
     key = make_key("slow")["key"]
     upstream.control("sk-batch-slow", latency_ms=60_000)
     batch = submit(client, key, [CHAT] * 5).json
-    wait_for(lambda: upstream.stats()["in_flight"] == 5, what="every item calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 5, what="every item calling the upstream")
     res = client.post(f"/v1/batches/{batch['id']}/cancel", headers={"Authorization": f"Bearer {key}"})
     assert res.status_code == 200
     cancelled_at = time.monotonic()

@@ -4,7 +4,7 @@ its connection is cut it reconnects by itself, catches up (wakes the dispatcher)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from uuid import UUID, uuid4
 
 import pytest
@@ -13,15 +13,10 @@ from app.batches import store
 from app.batches.monitor import Listener
 from app.batches.runner import WorkerContext
 from app.runtime import Runtime
+from devtools.waiting import until
 
 pytestmark = pytest.mark.integration
 
-
-def _until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture()
@@ -45,15 +40,15 @@ def _cancel(runtime: Runtime, batch_id: UUID) -> None:
 def test_the_listener_hears_a_cancel_and_after_a_cut_connection_reconnects_and_hears_the_next(
         runtime: Runtime, listening: tuple[WorkerContext, list[float]]) -> None:
     ctx, wakes = listening
-    _until(lambda: len(wakes) >= 1, "the first connect")
+    until(lambda: len(wakes) >= 1, what="the first connect")
     first, second = uuid4(), uuid4()
     _cancel(runtime, first)
-    _until(lambda: first in ctx.cancelled, "the first cancel")
+    until(lambda: first in ctx.cancelled, what="the first cancel")
     with runtime.pool.connection() as conn:
         cut = conn.execute("SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
                            " WHERE application_name = 'relay-batch-listener' AND datname = current_database()"
                            ).fetchone()
     assert cut is not None and cut["n"] >= 1
-    _until(lambda: len(wakes) >= 2, "the reconnect's catch-up")
+    until(lambda: len(wakes) >= 2, what="the reconnect's catch-up")
     _cancel(runtime, second)
-    _until(lambda: second in ctx.cancelled, "the cancel after the reconnect")
+    until(lambda: second in ctx.cancelled, what="the cancel after the reconnect")

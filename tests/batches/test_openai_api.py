@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from devtools.processes import RelayProcess
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.batches.provider_helpers import (
     batch_rows,
     batch_uuid,
@@ -132,7 +132,7 @@ def test_cancel_mid_run_stops_the_batch_and_every_request_lands_in_the_error_fil
     lines = [{"custom_id": f"slow-{i}", **chat(f"slow {i}")} for i in range(20)]
     created = oai.batches.create(input_file_id=upload(oai, jsonl(lines)).id, endpoint="/v1/chat/completions",
                                  completion_window="24h")
-    wait_for(lambda: upstream.stats()["in_flight"] == 8, what="every worker thread calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 8, what="every worker thread calling the upstream")
     cancelling = oai.batches.cancel(created.id)
     assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at is not None
     done = wait_openai(oai, created.id, timeout=10)

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from devtools.waiting import until
 from tests.batches.provider_helpers import chat, jsonl
 from tests.conformance import check
-from tests.conformance.calls import Api, until
+from tests.conformance.calls import Api
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
 ENDED = ("completed", "failed", "expired", "cancelled")

@@ -10,7 +10,8 @@ from uuid import UUID
 import pytest
 
 from app.batches.service import payload_store
-from tests.batches.helpers import CHAT, get, results, submit, wait_finished, wait_for
+from devtools.waiting import until
+from tests.batches.helpers import CHAT, get, results, submit, wait_finished
 from tests.batches.provider_helpers import jsonl, lines_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_upstream")]
@@ -172,7 +173,7 @@ def test_an_openai_batch_is_rerun_as_an_openai_batch_of_a_new_input_file_with_it
 
 def _wait_relay_view(client: Any, key: str, batch_id: str) -> dict[str, Any]:
     """Relay's view of an OpenAI batch once it has finished."""
-    return wait_for(lambda: (b := get(client, key, f"/v1/batches/{batch_id}", format="relay").json)["finished"] and b,
+    return until(lambda: (b := get(client, key, f"/v1/batches/{batch_id}", format="relay").json)["finished"] and b,
                     timeout=30, what=f"batch {batch_id} to finish")  # type: ignore[no-any-return]
 
 

@@ -14,8 +14,9 @@ import requests
 
 from devtools.processes import RelayProcess, start_workers
 from devtools.services import MQ_UI_PORT
+from devtools.waiting import until
 from tests.batches.conftest import WORKER_SETTINGS
-from tests.batches.helpers import CHAT, get, results, submit, usage_events, wait_finished, wait_for
+from tests.batches.helpers import CHAT, get, results, submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
@@ -128,16 +129,16 @@ def test_cancel_stops_running_items_on_every_worker_and_queued_items_never_run(c
     key = make_key("slow")["key"]
     upstream.control("sk-batch-slow", latency_ms=60_000)
     batch = submit(client, key, [CHAT] * 30).json
-    running = wait_for(lambda: _running_workers(runtime, batch["id"]), what="items running on both workers")
+    running = until(lambda: _running_workers(runtime, batch["id"]), what="items running on both workers")
     assert len(running) == 2
-    wait_for(lambda: upstream.stats()["in_flight"] == 8, what="every worker thread calling the upstream")
+    until(lambda: upstream.stats()["in_flight"] == 8, what="every worker thread calling the upstream")
     res = client.post(f"/v1/batches/{batch['id']}/cancel", headers={"Authorization": f"Bearer {key}"})
     assert res.status_code == 200
     cancelled_at = time.monotonic()
     done = wait_finished(client, key, batch["id"], timeout=5)
     assert time.monotonic() - cancelled_at < 2
     assert done["counts"] == {"queued": 0, "running": 0, "completed": 0, "discarded": 0, "cancelled": 30}
-    wait_for(lambda: queue_is_settled(settings), timeout=20, what="every message of the batch consumed and acked")
+    until(lambda: queue_is_settled(settings), what="every message of the batch consumed and acked")
     assert upstream.stats()["total"] == 8  # one per worker thread; the 22 queued items never reached it
     assert len(usage_events(runtime, batch["id"])) == 30
 
@@ -153,7 +154,7 @@ def test_a_duplicate_message_never_runs_an_item_twice(client, key, upstream, run
                                          pika.BasicProperties(delivery_mode=2))
     finally:
         conn.close()
-    wait_for(lambda: queue_is_settled(settings), timeout=20, what="the duplicates consumed and acked")
+    until(lambda: queue_is_settled(settings), what="the duplicates consumed and acked")
     assert upstream.stats()["total"] == 1
     assert len(usage_events(runtime, batch["id"])) == 1
     assert get(client, key, f"/v1/batches/{batch['id']}").json["counts"]["completed"] == 1

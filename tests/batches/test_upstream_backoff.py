@@ -3,7 +3,6 @@ through, held for its Retry-After) instead of being sent into the wall; live cal
 
 from __future__ import annotations
 
-import time
 from uuid import uuid4
 
 import pytest
@@ -93,9 +92,12 @@ def test_batch_items_back_off_a_key_that_answers_429_past_its_rate(client, make_
 def test_live_calls_are_not_slowed_by_a_key_batch_calls_back_off(client, make_key, upstream, fresh_upstream) -> None:
     upstream.control("sk-batch-rps", max_rps=KEY_RPS)
     key = make_key("rps")["key"]
-    statuses, started = [], time.monotonic()
+    statuses = []
     for _ in range(KEY_RPS + 10):  # past the key's rate within a second: the upstream answers 429, Relay passes on
         statuses.append(client.post("/v1/chat/completions", json=CHAT,
                                     headers={"Authorization": f"Bearer {key}"}).status_code)
-    assert time.monotonic() - started < 1.5 or statuses.count(429) == 0
+    # Every 429 a caller got is one the upstream answered: Relay holds back no live call of its own (how many the
+    # upstream refused depends on the machine's speed, so no count of them is asserted).
+    refused_upstream = [r for r in upstream.requests(key="sk-batch-rps") if r["status"] == 429]
+    assert statuses.count(429) <= len(refused_upstream)
     assert 200 in statuses

@@ -3,8 +3,6 @@ caller's SDK reads (OpenAI's `x-request-id`, Anthropic's `request-id`), and ever
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -37,12 +35,3 @@ class Api:
         return res.json()
 
 
-def until(read: Callable[[], Any], done: Callable[[Any], bool]) -> Any:
-    """READ() until DONE(it), within WAIT_S."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = read()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, f"not done after {WAIT_S}s: {value}"
-        time.sleep(0.2)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from devtools.cluster.ports import reserve
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.processes import RelayProcess, start_api
 from devtools.services import MQ_UI_PORT, ServiceUrls, fresh_services
@@ -90,7 +91,10 @@ def console_world(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactor
     stack = Stack.build(database_url=own.database_url, broker_url=own.broker_url, upstream=upstream,
                         workdir=tmp_path_factory.mktemp("console-stack"), queue_name=f"relay.batch_items.{name}",
                         catalog=console_catalog(upstream.url), broker_ui_url=BROKER_UI)
-    world = ConsoleWorld(stack=stack, api=stack.start_api(), upstream=upstream)
+    # The API restarts on its address (stop_api, start_api_again): a port outside the ephemeral range, claimed, that
+    # no outgoing connection can take while it is down.
+    [port] = reserve(1, stack.logs)
+    world = ConsoleWorld(stack=stack, api=stack.start_api(port=port), upstream=upstream)
     yield world
     stack.close()
     upstream.stop()

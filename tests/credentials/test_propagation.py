@@ -1,4 +1,5 @@
-"""Two app instances sharing one database: a change made on one is seen by the other within 1 second."""
+"""Two app instances sharing one database: a change made on one is seen by the other (how soon is a duration, for
+bench/; here the wait is a bound only a hang crosses)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from app.auth import authenticate, get_policy
 from app.catalog.apply import apply_catalog
 from app.errors import RelayError
 from app.runtime import Runtime
+from devtools.waiting import until
 from tests.catalog.helpers import base_catalog
 
 pytestmark = pytest.mark.integration
@@ -28,15 +30,6 @@ def replicas(settings) -> Iterator[tuple[Runtime, Runtime]]:  # type: ignore[no-
     one.close()
     two.close()
 
-
-def seconds_until(check: Callable[[], bool], limit: float = 3.0) -> float:
-    """How long CHECK took to become true (fails past LIMIT)."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > limit:
-            pytest.fail("the change did not arrive")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def refused_with(runtime: Runtime, secret: str, code: str) -> Callable[[], bool]:
@@ -55,7 +48,7 @@ def admin(app):  # type: ignore[no-untyped-def]
     return lambda method, path, **kw: getattr(client, method)(path, headers={"Authorization": f"Bearer {token}"}, **kw)
 
 
-def test_a_disable_on_one_app_is_enforced_by_the_other_within_a_second(replicas, monkeypatch) -> None:
+def test_a_disable_on_one_app_is_enforced_by_the_other(replicas, monkeypatch) -> None:
     one, two = replicas
     call_one = admin(create_app(runtime=one))
     created = call_one("post", "/admin/relay-keys", json={"principal_kind": "user", "principal": "t-alice",
@@ -71,12 +64,12 @@ def test_a_disable_on_one_app_is_enforced_by_the_other_within_a_second(replicas,
     for _ in range(50):
         authenticate(two, created["key"])  # nothing changed: served from the snapshot, no query
     assert call_one("post", f"/admin/relay-keys/{created['id']}/disable").json["state"] == "disabled"
-    assert seconds_until(refused_with(two, created["key"], "key_disabled")) < 1.0
+    until(refused_with(two, created["key"], "key_disabled"), what="the change on the other app")
     monkeypatch.setattr(two.pool, "connection", real_connection)
 
 
 @pytest.mark.parametrize("action", ["revoke", "rotate"])
-def test_revocation_and_rotation_propagate_within_a_second(replicas, action) -> None:
+def test_revocation_and_rotation_propagate(replicas, action) -> None:
     one, two = replicas
     call_one = admin(create_app(runtime=one))
     created = call_one("post", "/admin/relay-keys", json={"principal_kind": "user", "principal": "t-alice",
@@ -84,26 +77,26 @@ def test_revocation_and_rotation_propagate_within_a_second(replicas, action) -> 
     authenticate(two, created["key"])
     assert call_one("post", f"/admin/relay-keys/{created['id']}/{action}").status_code == 200
     code = "key_revoked" if action == "revoke" else "key_rotated_out"
-    assert seconds_until(refused_with(two, created["key"], code)) < 1.0
+    until(refused_with(two, created["key"], code), what="the change on the other app")
 
 
-def test_a_policy_change_propagates_within_a_second(replicas) -> None:
+def test_a_policy_change_propagates(replicas) -> None:
     one, two = replicas
     call_one = admin(create_app(runtime=one))
     policy = next(p for p in get_catalog(two).snapshot().policies.values() if p.name == "narrow" and not p.deleted)
     assert call_one("post", "/admin/policies/narrow/disable").status_code == 200
-    assert seconds_until(lambda: not get_policy(two, policy.id).enabled) < 1.0  # type: ignore[union-attr]
+    until(lambda: not get_policy(two, policy.id).enabled, what="the change on the other app")  # type: ignore[union-attr]
     assert call_one("post", "/admin/policies/narrow/enable").status_code == 200
-    assert seconds_until(lambda: get_policy(two, policy.id).enabled) < 1.0  # type: ignore[union-attr]
+    until(lambda: get_policy(two, policy.id).enabled, what="the change on the other app")  # type: ignore[union-attr]
 
 
-def test_a_token_revocation_propagates_within_a_second(replicas) -> None:
+def test_a_token_revocation_propagates(replicas) -> None:
     one, two = replicas
     call_one = admin(create_app(runtime=one))
     minted = call_one("post", "/admin/tokens", json={"user": "t-alice", "ttl_seconds": 600}).json
     authenticate(two, minted["token"])
     assert call_one("post", f"/admin/tokens/{minted['id']}/revoke").status_code == 200
-    assert seconds_until(refused_with(two, minted["token"], "token_revoked")) < 1.0
+    until(refused_with(two, minted["token"], "token_revoked"), what="the change on the other app")
 
 
 def test_the_version_poll_catches_a_change_whose_notification_was_lost(replicas) -> None:
@@ -115,7 +108,7 @@ def test_the_version_poll_catches_a_change_whose_notification_was_lost(replicas)
     with one.pool.connection() as conn:  # a change that bumps the version but sends no NOTIFY
         conn.execute("UPDATE relay_keys SET state = 'disabled' WHERE id = %s", (issued.view.key.id,))
         conn.execute("UPDATE catalog_version SET version = version + 1")
-    assert seconds_until(refused_with(two, issued.secret, "key_disabled")) < 1.0
+    until(refused_with(two, issued.secret, "key_disabled"), what="the change on the other app")
 
 
 def test_the_listener_reconnects_after_losing_its_connection(replicas) -> None:
@@ -131,4 +124,4 @@ def test_the_listener_reconnects_after_losing_its_connection(replicas) -> None:
                               (LISTENER_NAME,)).fetchone()
     assert killed["n"] >= 2
     keys.change_key_state(one, issued.view.key.id, "disable")
-    assert seconds_until(refused_with(two, issued.secret, "key_disabled")) < 1.0
+    until(refused_with(two, issued.secret, "key_disabled"), what="the change on the other app")

@@ -11,7 +11,7 @@ import requests
 
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.processes import RelayProcess, start_api
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.pipeline.conftest import pipeline_catalog
 
 DEADLINES = {"RELAY_API_HEADER_TIMEOUT_S": "1", "RELAY_API_IO_TIMEOUT_S": "1"}
@@ -67,7 +67,7 @@ def new_key(admin: Any, replicas: list[RelayProcess]) -> Callable[[str], str]:
         assert res.status_code == 201, res.get_data(as_text=True)
         key = str(res.json["key"])
         for api in replicas:
-            wait_for(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
+            until(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
                                          .status_code == 200 for _ in range(4)), what="the key on every worker")
         return key
 

@@ -13,7 +13,7 @@ import requests
 from app.runtime import Runtime
 from devtools.fake_upstream.harness import FakeUpstream
 from devtools.processes import start_api
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.live.conftest import bearer
 from tests.pipeline.helpers import CHAT
 
@@ -26,7 +26,7 @@ def test_a_graceful_stop_loses_no_usage_event(live_env: dict[str, str], admin: A
     res = admin("POST", "/admin/relay-keys", json={"principal_kind": "service_account", "principal": "pipeline-svc",
                                                    "policy": "main"})
     key = str(res.json["key"])
-    wait_for(lambda: requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
+    until(lambda: requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
              what="the key on the API")
     upstream.reset()
     upstream.control("sk-oa-1", latency_ms=300)  # calls are in flight when the stop comes
@@ -49,7 +49,7 @@ def test_a_graceful_stop_loses_no_usage_event(live_env: dict[str, str], admin: A
     clients = [threading.Thread(target=client) for _ in range(8)]
     for thread in clients:
         thread.start()
-    wait_for(lambda: len(answered) >= 16, timeout=30, what="calls answered before the stop")
+    until(lambda: len(answered) >= 16, timeout=30, what="calls answered before the stop")
     api.stop()  # SIGTERM to the master: workers finish their calls, then flush the usage writer
     for thread in clients:
         thread.join(60)

@@ -1,5 +1,5 @@
-"""Idle connections cannot take every slot of a real `relay api` (2 processes x 100 connections, the default 15 s
-header deadline): with a flood of idle connections held by another process (from one address, or spread over
+"""Idle connections cannot take every slot of a real `relay api` (2 processes x 100 connections, a 10-minute header
+deadline): with a flood of idle connections held by another process (from one address, or spread over
 many), every other caller is still answered at once. One client holding ~2,100 idle connections delayed every
 other caller by the 15 s header deadline."""
 
@@ -21,13 +21,17 @@ pytestmark = pytest.mark.integration
 
 CONNECTIONS = 100  # per server process
 FLOOD = 3 * CONNECTIONS  # one and a half times the slots of both processes
-ANSWERED_WITHIN_S = 2.0  # a new connection waits for the idle ones accepted before it, each closing another
+# A caller held until an idle connection's header deadline (10 minutes here) ends crosses this bound; an answer
+# that only waits for the idle ones accepted before it (each closing another) does not, on any machine. How soon
+# callers are answered is a duration, for bench/.
+HEADER_TIMEOUT_S = 600
+ANSWERED_WITHIN_S = 30.0
 CALLER = "127.0.0.2"  # the other caller's own address (all of 127/8 is this host)
 
 
 @pytest.fixture(scope="module")
 def api(settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayProcess]:
-    env = {**settings_env, "RELAY_API_HEADER_TIMEOUT_S": "15", "RELAY_API_IO_TIMEOUT_S": "30"}
+    env = {**settings_env, "RELAY_API_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S), "RELAY_API_IO_TIMEOUT_S": "30"}
     proc = start_api(env, tmp_path_factory.mktemp("flood-api"), workers=2, connections=CONNECTIONS)
     yield proc
     proc.stop()
@@ -60,7 +64,7 @@ def slow_answers(api: RelayProcess, count: int) -> list[tuple[str, int, float]]:
     for n in range(count):
         path = "/readyz" if n % 2 else "/healthz"
         started = time.monotonic()
-        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=20,
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=2 * ANSWERED_WITHIN_S,
                                           source_address=(CALLER, 0))
         try:
             conn.request("GET", path)

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import requests
 
-from devtools.processes import RelayProcess, free_port, start_api, start_workers
-from tests.batches.helpers import wait_for
+from devtools.cluster.ports import reserve
+from devtools.processes import RelayProcess, start_api, start_workers
+from devtools.waiting import until
 from tests.live.conftest import LEASED, bearer
 from tests.observability.helpers import parse, value
 from tests.pipeline.helpers import CHAT
@@ -28,8 +29,9 @@ WINDOW_S = 3  # the `leased` policy's window
 @pytest.fixture(scope="module")
 def batch_workers(live_env: dict[str, str], runtime: Any, tmp_path_factory: pytest.TempPathFactory,
                   replicas: list[RelayProcess]) -> Iterator[tuple[RelayProcess, int]]:
-    port = free_port()
-    proc = start_workers({**live_env, "RELAY_WORKER_METRICS_PORT": str(port)}, tmp_path_factory.mktemp("workers"),
+    workdir = tmp_path_factory.mktemp("workers")
+    [port] = reserve(1, workdir)  # a worker setting, so not port 0: one outside the ephemeral range, claimed
+    proc = start_workers({**live_env, "RELAY_WORKER_METRICS_PORT": str(port)}, workdir,
                          runtime, processes=2, threads=8, worker_heartbeat_s=0.5, worker_lost_after_s=5)
     yield proc, port
     proc.stop()
@@ -92,7 +94,7 @@ def key_with_id(admin: Any, replicas: list[RelayProcess], policy: str) -> tuple[
     assert res.status_code == 201, res.get_data(as_text=True)
     key = str(res.json["key"])
     for api in replicas:
-        wait_for(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
+        until(lambda api=api: all(requests.get(f"{api.url}/v1/models", headers=bearer(key), timeout=10)
                                      .status_code == 200 for _ in range(4)), what="the key on every worker")
     return key, str(res.json["id"])
 
@@ -123,7 +125,7 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
     key, key_id = key_with_id(admin, replicas, "leased")
     doomed = start_api(live_env, tmp_path_factory.mktemp("doomed"), workers=1)
     try:
-        wait_for(lambda: requests.get(f"{doomed.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
+        until(lambda: requests.get(f"{doomed.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
                  what="the key on the new replica")
         time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.05)
         window_start = time.time()

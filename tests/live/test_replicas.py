@@ -11,7 +11,7 @@ import requests
 
 from devtools.fake_upstream.harness import FakeUpstream
 from devtools.processes import RelayProcess
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.live.conftest import bearer
 from tests.pipeline.helpers import CHAT
 
@@ -44,7 +44,7 @@ def test_a_breaker_opened_on_one_replica_is_skipped_by_the_other(
         assert all(post_chat(second.url, key).status_code == 200 for _ in range(6))
         return set(keys_used(upstream, since)) == {"Bearer sk-oa-3"}
 
-    wait_for(second_skips_oa2, timeout=5, what="the second replica to skip oa-2")
+    until(second_skips_oa2, what="the second replica to skip oa-2")
 
 
 def test_a_rate_limit_admits_exactly_its_count_across_two_replicas(

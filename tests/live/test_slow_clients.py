@@ -17,7 +17,7 @@ import requests
 from app.runtime import Runtime
 from devtools.fake_upstream.harness import FakeUpstream
 from devtools.processes import RelayProcess
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 from tests.live.conftest import BIG_KEY, bearer
 from tests.pipeline.helpers import CHAT, usage_event
 
@@ -89,8 +89,8 @@ def test_partial_requests_and_unread_streams_do_not_block_others_and_are_dropped
             answer = read_all(sock)
             assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer
         for request_id in slow["streams"]:
-            event = wait_for(lambda request_id=request_id: _event_or_none(runtime, request_id), timeout=30,
-                             what="the cut stream's usage event")
+            event = until(lambda request_id=request_id: _event_or_none(runtime, request_id),
+                          what="the cut stream's usage event")
             assert event["streamed"] is True and event["error_code"] == "client_disconnected"
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.processes import RelayProcess, start_workers
-from tests.batches.helpers import submit, wait_finished, wait_for
+from devtools.waiting import until
+from tests.batches.helpers import submit, wait_finished
 from tests.observability.helpers import scrape, value
 from tests.usage.conftest import CATALOG as USAGE_CATALOG
 from tests.usage.conftest import admin_headers, new_key
@@ -84,7 +85,7 @@ def test_a_small_batch_moves_the_item_gauge_and_shows_as_batch_usage(client, e2e
 def test_a_live_request_shows_as_live_usage(client, e2e_key) -> None:
     res = client.post("/v1/chat/completions", json=CHAT, headers={"Authorization": f"Bearer {e2e_key}"})
     assert res.status_code == 200, res.get_data(as_text=True)
-    [event] = wait_for(lambda: usage(client, e2e_key, source="live")["events"], what="the live call's usage event")
+    [event] = until(lambda: usage(client, e2e_key, source="live")["events"], what="the live call's usage event")
     assert event["source"] == "live" and event["request_id"] == res.headers["x-request-id"]
     assert event["model_requested"] == "e2e-gpt" and event["host_name"] == "e2e-openai"
     assert event["input_tokens"] == res.json["usage"]["prompt_tokens"] and event["cost_nanos"] > 0

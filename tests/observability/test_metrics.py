@@ -20,6 +20,7 @@ from app.observability.metrics import (
 )
 from app.observability.metrics_access import serve_in_thread
 from app.runtime import Runtime
+from devtools.cluster.ports import reserve
 from devtools.processes import free_port
 from tests.observability.helpers import parse, scrape, value
 from tests.usage.conftest import CATALOG as USAGE_CATALOG
@@ -146,8 +147,8 @@ def test_a_scrape_still_answers_when_rabbitmq_and_postgres_are_down(runtime, set
     assert not any(name == "relay_batch_items" or name == "relay_queue_messages" for name, _ in samples)
 
 
-def test_the_worker_metrics_server_serves_on_loopback_once_per_port(runtime) -> None:
-    port = free_port()
+def test_the_worker_metrics_server_serves_on_loopback_once_per_port(runtime, tmp_path) -> None:
+    [port] = reserve(1, tmp_path)  # the server takes a port number (0 is off): one outside the ephemeral range
     assert start_worker_metrics_server(runtime, port=port) is True
     assert start_worker_metrics_server(runtime, port=port) is False  # another process already serves it
     assert start_worker_metrics_server(runtime, port=0) is False  # 0 = off
@@ -158,9 +159,9 @@ def test_the_worker_metrics_server_serves_on_loopback_once_per_port(runtime) -> 
     assert ("relay_batch_items", frozenset({("state", "queued")})) in samples
 
 
-def test_the_worker_metrics_server_listens_beyond_loopback_only_when_told(runtime) -> None:
+def test_the_worker_metrics_server_listens_beyond_loopback_only_when_told(runtime, tmp_path) -> None:
     """In a Kubernetes pod Prometheus scrapes the pod's address: RELAY_WORKER_METRICS_HOST=0.0.0.0 (the chart)."""
-    default_port, open_port = free_port(), free_port()
+    default_port, open_port = reserve(2, tmp_path)
     assert start_worker_metrics_server(runtime, port=default_port) is True
     with pytest.raises(requests.ConnectionError):  # 127.0.0.2 is another address: 127.0.0.1 alone does not answer
         requests.get(f"http://127.0.0.2:{default_port}/metrics", timeout=10)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.processes import free_port, start_relay
+from devtools.processes import start_relay
 
 pytestmark = pytest.mark.integration
 
@@ -34,10 +34,10 @@ def _worker(env: dict[str, str], log: Path, **overrides: str) -> _Done:
 
 def test_a_taken_metrics_port_stops_the_worker_at_start_naming_the_port_and_the_variable(settings_env,  # type: ignore[no-untyped-def]
                                                                                         tmp_path) -> None:
-    port = free_port()
     with socket.socket() as other_install:
-        other_install.bind(("127.0.0.1", port))
+        other_install.bind(("127.0.0.1", 0))
         other_install.listen()
+        port = other_install.getsockname()[1]
         done = _worker(settings_env, tmp_path / "worker.log", RELAY_WORKER_METRICS_PORT=str(port))
     assert done.returncode == 2, done.stderr[-2000:]
     first = done.stderr.strip().splitlines()[-1]

@@ -6,7 +6,7 @@ from typing import Any
 
 from app.pipeline.record import usage_writer
 from app.runtime import Runtime
-from tests.batches.helpers import wait_for
+from devtools.waiting import until
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the gateway"}]}
 
@@ -19,7 +19,7 @@ def chat(client: Any, key: str, body: dict[str, Any] | None = None, path: str = 
 
 def usage_event(runtime: Runtime, request_id: str, timeout: float = 5.0) -> dict[str, Any]:
     """The one usage event of REQUEST_ID, once the usage writer has committed it (fails unless exactly one)."""
-    rows = wait_for(lambda: _events(runtime, request_id), timeout, f"the usage event of {request_id}")
+    rows = until(lambda: _events(runtime, request_id), what=f"the usage event of {request_id}", timeout=timeout)
     assert len(rows) == 1, f"expected one usage event for {request_id}, got {len(rows)}"
     return rows[0]
 

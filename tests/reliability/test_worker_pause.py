@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from app.batches.outbox import WORKER_SESSION_LOCK
 from devtools.stack import Stack, upstream_key
+from devtools.waiting import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -80,26 +79,15 @@ def test_a_worker_judged_lost_while_paused_records_what_the_upstream_counted_whe
                          (WORKER_SESSION_LOCK, worker_id))
         # Every held item ends: judged lost, or (a final state it sent just before it stopped, committed late on a
         # busy machine) completed.
-        _until(lambda: stack.item_rows(batch_id, "idx = ANY(%s) AND state = 'running'", held), lambda rows: not rows,
-               "its items judged lost")
+        until(lambda: stack.item_rows(batch_id, "idx = ANY(%s) AND state = 'running'", held), lambda rows: not rows,
+              what="its items judged lost")
         lost = stack.item_rows(batch_id, "idx = ANY(%s) AND error_code = 'worker_lost'", held)
     finally:
         os.kill(pid, signal.SIGCONT)
     assert held and lost
-    counted = _until(lambda: stack.db_one(
+    counted = until(lambda: stack.db_one(
         "SELECT count(*) AS n FROM usage_events WHERE batch_id = %s AND batch_idx = ANY(%s) AND input_tokens > 0"
         " AND output_tokens > 0 AND cost_nanos > 0", batch_id, held)["n"], lambda n: n == len(held),
-        "the late answers' usage")
+        what="the late answers' usage")
     assert counted == len(held)  # still worker_lost (one final state), but charged what the upstream counted
     stack.account(key, batch_id, "pause", 200)  # one usage event per item, none sent twice
-
-
-def _until(read: Callable[[], Any], done: Callable[[Any], bool], what: str, timeout: float = 60) -> Any:
-    """READ again until DONE says so (a bound only a hang crosses); the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}: still {value!r} after {timeout}s"
-        time.sleep(0.2)

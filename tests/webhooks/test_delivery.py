@@ -8,13 +8,15 @@ import contextlib
 import itertools
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 import standardwebhooks
 
-from devtools.processes import RelayProcess, free_port
+from devtools.cluster.ports import reserve
+from devtools.processes import RelayProcess
 from devtools.stack import Stack
 from devtools.webhook_receiver import Receiver
 from tests.webhooks.helpers import (
@@ -174,8 +176,8 @@ def test_a_delivery_past_its_give_up_window_is_failed_visibly(stack: Stack, rece
 
 
 def test_the_metrics_count_deliveries_and_show_the_oldest_undelivered(
-        stack: Stack, receiver: Receiver, hooks_api: RelayProcess) -> None:
-    port = free_port()
+        stack: Stack, receiver: Receiver, hooks_api: RelayProcess, tmp_path: Path) -> None:
+    [port] = reserve(1, tmp_path)  # a worker setting, so not port 0: one outside the ephemeral range, claimed
     stack.start_worker(threads=4, worker_metrics_port=port)
     receiver.behave("/project", status=500)
     batch_id = submit(stack, stack.new_key("hooks"))

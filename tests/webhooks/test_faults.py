@@ -7,13 +7,13 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from app.webhooks.store import INTERRUPTED
 from devtools.fake_upstream.harness import FakeUpstream
 from devtools.stack import Stack
+from devtools.waiting import until
 from devtools.webhook_receiver import Receiver
 from tests.reliability.private_services import PrivateServices
 from tests.webhooks.helpers import HOOK_SETTINGS, SLOW_KEY, for_batch, hooks_catalog, submit, wait_delivery
@@ -68,7 +68,7 @@ def test_a_rabbitmq_restart_loses_no_delivery_waiting_for_a_retry_or_recorded_me
 
     private_services.stop_rabbitmq()
     assert stack.call(slow, "POST", f"/v1/batches/{cancelled}/cancel").status_code == 200
-    _until(lambda: _events(stack, cancelled) == 1, "the cancelled batch's event is recorded without a broker")
+    until(lambda: _events(stack, cancelled) == 1, what="the cancelled batch's event is recorded without a broker")
     receiver.behave("/project", status=200)
     time.sleep(2)  # the outbox and the retries meet the missing broker
     private_services.start_rabbitmq()
@@ -81,10 +81,3 @@ def test_a_rabbitmq_restart_loses_no_delivery_waiting_for_a_retry_or_recorded_me
 
 def _events(stack: Stack, batch_id: str) -> int:
     return int(stack.db_one("SELECT count(*) AS n FROM webhook_events WHERE batch_id = %s", batch_id)["n"])
-
-
-def _until(check: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
