@@ -238,6 +238,25 @@ def test_the_engine_and_the_observability_import_no_queue_library() -> None:
     assert not wrong, f"the queue's libraries are for actors/ and the queue backends (use the ports): {wrong}"
 
 
+def _private_imports(path: Path) -> set[str]:
+    """The `_private` names PATH takes from another module of the project (`from app.x import _helper`)."""
+    return {f"{node.module}.{alias.name}" for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES
+            for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")}
+
+
+def test_the_runtime_packages_never_import_another_modules_private_names() -> None:
+    """A helper another module needs is public (the compatible APIs once read the intake's `_decode` and `_skip`)."""
+    wrong = {name: sorted(found) for name, path in _modules(RUNTIME).items() if (found := _private_imports(path))}
+    assert not wrong, f"import public names only (make the helper public where it is shared): {wrong}"
+
+
+def test_the_private_import_check_sees_one(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from app.batches.intake import parse_batch, _decode\n")
+    assert _private_imports(sample) == {"app.batches.intake._decode"}
+
+
 def test_no_import_cycles_between_modules() -> None:
     cycles = _cycles(_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)

@@ -227,32 +227,32 @@ class _Scanner:
     def scan_envelope(self) -> dict[str, Any]:
         """The top-level members except `requests` (whose items are scanned in place)."""
         text = self.text
-        pos = _skip(text, 0)
+        pos = skip_space(text, 0)
         if not text.startswith("{", pos):
             raise _not_object(text, pos)
         envelope: dict[str, Any] = {}
-        pos = _skip(text, pos + 1)
+        pos = skip_space(text, pos + 1)
         if text.startswith("}", pos):
             return envelope
         while True:
-            key, pos = _decode(text, pos)
-            pos = _skip(text, pos)
+            key, pos = decode_value(text, pos)
+            pos = skip_space(text, pos)
             if not text.startswith(":", pos):
                 raise InvalidJson(message=f"expected ':' at char {pos}")
-            pos = _skip(text, pos + 1)
+            pos = skip_space(text, pos + 1)
             if key == "requests" and text.startswith("[", pos):
                 self.has_requests = True
                 envelope.pop("requests", None)
                 pos = self._scan_items(pos, envelope.get("shape"))
             else:
-                envelope[key], pos = _decode(text, pos)
+                envelope[key], pos = decode_value(text, pos)
                 if key == "requests":
                     self.has_requests = False
                     self._reset_items()
-            pos = _skip(text, pos)
+            pos = skip_space(text, pos)
             if text.startswith(",", pos):
-                pos = _skip(text, pos + 1)
-            elif text.startswith("}", pos) and _skip(text, pos + 1) == len(text):
+                pos = skip_space(text, pos + 1)
+            elif text.startswith("}", pos) and skip_space(text, pos + 1) == len(text):
                 return envelope
             else:
                 raise InvalidJson(message=f"expected ',' or '}}' at char {pos}")
@@ -265,7 +265,7 @@ class _Scanner:
         for idx, (start, end) in enumerate(zip(self.parsed.starts, self.parsed.ends, strict=True)):
             if len(errors) >= MAX_ERRORS:
                 break
-            errors.extend(item_errors(self.parsed.shape, idx, _decode(self.text, start)[0],
+            errors.extend(item_errors(self.parsed.shape, idx, decode_value(self.text, start)[0],
                                       may_hold_surrogates=self._may_hold_surrogates(start, end)))
         return errors
 
@@ -282,7 +282,7 @@ class _Scanner:
         parsed, text = self.parsed, self.text
         if isinstance(shape, str) and not validate_envelope({"shape": shape}, has_requests=True):
             self.shape, self.errors = shape, []
-        pos = _skip(text, pos + 1)
+        pos = skip_space(text, pos + 1)
         if text.startswith("]", pos):
             return pos + 1
         while True:
@@ -297,9 +297,9 @@ class _Scanner:
             parsed.models.append(str(item.get("model", "")) if isinstance(item, dict) else "")
             if parsed.count % 256 == 0:
                 time.sleep(0)  # long validation: let the other requests of a gevent API worker run
-            pos = _skip(text, end)
+            pos = skip_space(text, end)
             if text.startswith(",", pos):
-                pos = _skip(text, pos + 1)
+                pos = skip_space(text, pos + 1)
             elif text.startswith("]", pos):
                 return pos + 1
             else:
@@ -323,7 +323,7 @@ class _ItemReader:
     def decode(self, pos: int) -> tuple[Any, int]:
         limit = self.limit
         if limit is None or len(self.text) - pos <= limit:
-            item, end = _decode(self.text, pos)
+            item, end = decode_value(self.text, pos)
         else:
             item, end = self._decode_windowed(pos, limit)
         if limit is not None and end - pos > limit // 4 and self._bytes(pos, end) > limit:
@@ -339,7 +339,7 @@ class _ItemReader:
             cut = end >= len(self.window)  # a number at the window's end may be the start of a longer one
         except json.JSONDecodeError as exc:
             if not _cut_short(exc, len(self.window)):
-                return _decode(self.text, pos)  # a real syntax error: reported at its place in the body
+                return decode_value(self.text, pos)  # a real syntax error: reported at its place in the body
             cut = True
         except ValueError as exc:
             raise InvalidJson(message=f"the body is not valid JSON: {json_problem(exc)}") from exc
@@ -363,14 +363,17 @@ def _cut_short(exc: json.JSONDecodeError, length: int) -> bool:
     return exc.pos >= length - 6 or exc.msg.startswith("Unterminated string")
 
 
-def _decode(text: str, pos: int) -> tuple[Any, int]:
+def decode_value(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value at POS and where it ends (InvalidJson when it is not one): the intake's step, and the
+    compatible APIs' (app/compat/inputs.py)."""
     try:
         return _DECODER.raw_decode(text, pos)
     except ValueError as exc:  # bad syntax, NaN/Infinity, an integer of more than 4,300 digits
         raise InvalidJson(message=f"the body is not valid JSON: {json_problem(exc)}") from exc
 
 
-def _skip(text: str, pos: int) -> int:
+def skip_space(text: str, pos: int) -> int:
+    """Where the JSON whitespace at POS ends."""
     match = _WS.match(text, pos)
     return match.end() if match else pos
 
@@ -378,7 +381,7 @@ def _skip(text: str, pos: int) -> int:
 def _not_object(text: str, pos: int) -> InvalidJson | InvalidBatch:
     if pos >= len(text):
         return InvalidJson(message="the body is empty")
-    _decode(text, pos)  # raises InvalidJson for malformed input
+    decode_value(text, pos)  # raises InvalidJson for malformed input
     return InvalidBatch(message="the body must be a JSON object",
                         details=[{"idx": None, "field": "", "message": "must be a JSON object"}])
 

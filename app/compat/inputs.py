@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.batches.errors import BatchTooLarge, InvalidBatch
-from app.batches.intake import _decode, _skip, parse_batch  # the intake (its JSON steps: decode a value, skip spaces)
+from app.batches.intake import decode_value, parse_batch, skip_space  # the intake and its public JSON steps
 from app.batches.validation import MAX_ERRORS, text_problem
 from app.errors import InvalidJson, RelayError
 
@@ -194,23 +194,23 @@ def _text(raw: bytes | bytearray) -> str:
 def _scan_requests(text: str, take: Callable[[int, Any], None]) -> None:
     """Walk `{"requests": [...]}` calling TAKE(idx, item) for each item as it is decoded; no other member."""
     pos = _expect(text, 0, "{")
-    key, pos = _decode(text, pos)
+    key, pos = decode_value(text, pos)
     if key != "requests":
         raise _not_a_field(key)
     pos = _expect(text, _expect(text, pos, ":"), "[")
     idx = 0
     while not text.startswith("]", pos):
-        item, pos = _decode(text, pos)
+        item, pos = decode_value(text, pos)
         take(idx, item)
         idx += 1
-        pos = _skip(text, pos)
+        pos = skip_space(text, pos)
         if text.startswith(",", pos):
-            pos = _skip(text, pos + 1)
+            pos = skip_space(text, pos + 1)
         elif not text.startswith("]", pos):
             raise InvalidJson(message=f"expected ',' or ']' at char {pos}")
-    pos = _skip(text, pos + 1)
+    pos = skip_space(text, pos + 1)
     if text.startswith(",", pos):
-        raise _not_a_field(_decode(text, _skip(text, pos + 1))[0])
+        raise _not_a_field(decode_value(text, skip_space(text, pos + 1))[0])
     pos = _expect(text, pos, "}")
     if pos != len(text):
         raise InvalidJson(message=f"unexpected data after the body at char {pos}")
@@ -224,8 +224,8 @@ def _not_a_field(key: Any) -> InvalidBatch:
 
 def _expect(text: str, pos: int, char: str) -> int:
     """The position after CHAR (and the whitespace around it) at POS."""
-    pos = _skip(text, pos)
+    pos = skip_space(text, pos)
     if not text.startswith(char, pos):
         raise InvalidJson(message=f"expected '{char}' at char {pos}")
-    return _skip(text, pos + 1)
+    return skip_space(text, pos + 1)
 
