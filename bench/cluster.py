@@ -116,8 +116,12 @@ def time_fault(name: str, stack: ClusterStack, cluster: Cluster, items: int, res
                     / before, "x")
     results.add("cluster faults", f"{label}: longest stall of the drain", longest_gap(times, fault.began), "s",
                 target=STALL_TARGETS.get(name))
-    results.add("cluster faults", f"{label}: back to 80% of the rate, after it ended",
-                resume_after(times, fault.ended, share=0.8), "s")
+    if times and fault.ended < times[-1]:
+        results.add("cluster faults", f"{label}: back to 80% of the rate, after it ended",
+                    resume_after(times, fault.ended, share=0.8), "s")
+    else:  # the fault lasted until the batch was final (a member kept down, or rejoining meanwhile)
+        results.add("cluster faults", f"{label}: back to 80% of the rate, after it began",
+                    resume_after(times, fault.began, share=0.8), "s")
     results.add("cluster faults", f"{label}: items discarded", discarded, "items")
     watch = fault.notes.get("watch")
     if watch is not None:
