@@ -42,7 +42,8 @@ class Cluster:
         return out.stdout
 
     def up(self) -> None:
-        self.sh("up", "--services-only")
+        # A generous bound: three RabbitMQ nodes, etcd and Patroni's bootstrap took over 300 s at a load of 23.
+        self.sh("up", "--services-only", timeout=900)
         for line in (self.directory / "cluster.env").read_text().split("\n"):
             for word in shlex.split(line):
                 name, _, value = word.partition("=")

@@ -10,7 +10,7 @@ import pytest
 from bench.cluster import run
 from devtools.cluster.harness import Cluster, longest_gap, resume_after
 
-pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]  # with the cluster's start
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]  # with the cluster's start
 
 
 def test_the_cluster_bench_drains_on_one_node_and_on_the_cluster_and_reports_both(cluster: Cluster) -> None:
