@@ -4,13 +4,16 @@ takes to come back after each fault of devtools/cluster/faults.py.
 
     .venv/bin/python -m bench.cluster                          # drains of 5,000 items x 3, every fault once
     .venv/bin/python -m bench.cluster --items 2000 --repeat 1 --faults leader,failover
+    .venv/bin/python -m bench.cluster --items 300 --repeat 1 --faults failover,standby,oldprimary --fault-items 3000
 
 Both sides run two worker groups of one process and THREADS threads against an instant upstream; the drain is
 timed from the submit's answer to the last item final, and CPU per item is counted for Relay's worker processes,
 Postgres (on the cluster: both nodes) and RabbitMQ (on the cluster: the three nodes). Faults run on two groups of
 8 threads with a 250 ms upstream (the drain is bound by the upstream, not by this machine's CPU): the rate while
 the fault lasts against the 3 s before it, the longest time without an item finishing, and how long after the
-fault ended items finish at 80% of the earlier rate again.
+fault ended items finish at 80% of the earlier rate again. The Postgres faults of issue 40 carry its targets: a dead
+primary member (oldprimary) stalls the drain at most 15 s, a dead synchronous standby at most 5 s, and while the old
+primary dies and rejoins, both members sampled every 0.5 s show one primary at most and no Relay write on the old.
 """
 
 from __future__ import annotations
