@@ -142,6 +142,8 @@ def watch_figures(label: str, fault: faults.Fault, times: list[float], results: 
     results.add("cluster faults", f"{label}: Relay writes on the old primary after it died",
                 sum(w for _, w in watch.since_down(old)), "sessions", target=("<=", 0))
     results.add("cluster faults", f"{label}: samples of both members, 0.5 s apart", len(watch.samples), "samples")
+    results.add("cluster faults", f"{label}: longest time between two samples", watch.longest_gap(), "s",
+                target=("<=", 1.0))  # the "checked every second"
     promoted = watch.promoted_at(old)
     if promoted is None:
         return

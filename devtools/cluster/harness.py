@@ -196,6 +196,10 @@ class PrimaryWatch:
         first = next((i for i, (state, _) in enumerate(states) if state == "down"), len(states))
         return states[first:]
 
+    def longest_gap(self) -> float:
+        """The longest time between two samples' starts (the interval plus each sample's own time)."""
+        return max((b - a for a, b in itertools.pairwise(self.times)), default=0.0)
+
     def promoted_at(self, old: str) -> float | None:
         """When a member other than OLD was first found out of recovery after OLD was found down (epoch seconds);
         None if never."""
