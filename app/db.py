@@ -19,6 +19,12 @@ from psycopg_pool.base import AttemptWithBackoff
 from app.errors import DatabaseUnavailable
 
 CONNECT_TIMEOUT_S = 5  # a connection attempt to a host that does not answer (a partition), unless the URL says
+# A server whose machine dies sends no reset: a statement awaiting its answer would wait for TCP to give up (about
+# 15 minutes on Linux), a pooled idle connection would look alive. Probes after 5 s idle, 2 s apart, 3 unanswered
+# (11 s), and sent data unacknowledged for 10 s, end such a connection well within an HA manager's failover (Patroni:
+# at least 20 s), unless the URL says otherwise. libpq's names; the server's tcp_keepalives_* are the other side.
+TCP_DEAD_PEER = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+                 "tcp_user_timeout": 10_000}
 RECONNECT_MAX_DELAY_S = 0.5  # the longest wait between two attempts to replace a lost connection
 CONNECT_ERROR_LOG_EVERY_S = 10.0  # psycopg_pool logs every failed attempt: one line per this long is enough
 
@@ -79,9 +85,7 @@ class RelayPool(ConnectionPool[psycopg.Connection[Any]]):
 def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: str = "relay") -> ConnectionPool:
     """Open a pool of dict-row connections; fail fast with a clear error when Postgres is unreachable."""
     _throttle_connect_errors()
-    kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": False}
-    if "connect_timeout" not in conninfo_to_dict(database_url):
-        kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+    kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": False, **connect_defaults(database_url)}
     pool = RelayPool(database_url, min_size=min_size, max_size=max_size, kwargs=kwargs, name=name, open=False,
                      check=check_idle_connection)
     try:
@@ -91,6 +95,14 @@ def create_pool(database_url: str, min_size: int = 1, max_size: int = 10, name: 
         message = f"cannot connect to Postgres: {_reason(database_url)}"
         raise DatabaseUnavailable(message=message) from exc
     return pool
+
+
+def connect_defaults(database_url: str) -> dict[str, Any]:
+    """The connection parameters Relay adds to DATABASE_URL's when it names none of them: CONNECT_TIMEOUT_S, and
+    TCP_DEAD_PEER so a connection to a server whose machine died ends in seconds."""
+    given = conninfo_to_dict(database_url)
+    wanted = {"connect_timeout": CONNECT_TIMEOUT_S, **TCP_DEAD_PEER}
+    return {name: value for name, value in wanted.items() if name not in given}
 
 
 def check_idle_connection(conn: psycopg.Connection[Any]) -> None:

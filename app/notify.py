@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from app.db import connect_defaults
+
 log = logging.getLogger("relay.notify")
 Connection = psycopg.Connection[Any]
 # Waits between reconnection attempts: short, so a cache is current again within a second of Postgres being back
@@ -51,8 +53,8 @@ class NotifyListener:
         backoff = FIRST_BACKOFF_S
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, row_factory=dict_row, connect_timeout=5,
-                                     application_name=self._name) as conn:
+                with psycopg.connect(self._url, autocommit=True, row_factory=dict_row, application_name=self._name,
+                                     **connect_defaults(self._url)) as conn:
                     for channel in self._channels:
                         conn.execute(f"LISTEN {channel}")
                     self._on_connect(conn)

@@ -42,7 +42,8 @@ class Cluster:
         return out.stdout
 
     def up(self) -> None:
-        self.sh("up", "--services-only")
+        # A generous bound: three RabbitMQ nodes, etcd and Patroni's bootstrap took over 300 s at a load of 23.
+        self.sh("up", "--services-only", timeout=900)
         for line in (self.directory / "cluster.env").read_text().split("\n"):
             for word in shlex.split(line):
                 name, _, value = word.partition("=")
@@ -172,6 +173,7 @@ class PrimaryWatch:
         self.cluster, self.interval_s = cluster, interval_s
         self.database = database_url.split("?", 1)[0].rsplit("/", 1)[1]
         self.samples: list[dict[str, tuple[str, int]]] = []  # {"a": ("primary"|"standby"|"down", writes), ...}
+        self.times: list[float] = []  # epoch seconds of each sample (this machine's clock, as the database's)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="primary-watch", daemon=True)
 
@@ -194,9 +196,26 @@ class PrimaryWatch:
         first = next((i for i, (state, _) in enumerate(states) if state == "down"), len(states))
         return states[first:]
 
+    def longest_gap(self) -> float:
+        """The longest time between two samples' starts (the interval plus each sample's own time)."""
+        return max((b - a for a, b in itertools.pairwise(self.times)), default=0.0)
+
+    def promoted_at(self, old: str) -> float | None:
+        """When a member other than OLD was first found out of recovery after OLD was found down (epoch seconds);
+        None if never."""
+        down = False
+        for at, sample in zip(self.times, self.samples, strict=True):
+            down = down or sample[old][0] == "down"
+            if down and any(state == "primary" for node, (state, _) in sample.items() if node != old):
+                return at
+        return None
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.samples.append({node: self._sample(node) for node in self.cluster.members()})
+            at = time.time()
+            sample = {node: self._sample(node) for node in self.cluster.members()}
+            self.times.append(at)
+            self.samples.append(sample)
 
     def _sample(self, node: str) -> tuple[str, int]:
         url = f"postgresql://postgres@127.0.0.1:{self.cluster.pg_port(node)}/postgres"

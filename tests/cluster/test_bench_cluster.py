@@ -1,16 +1,17 @@
 """The cluster bench's code runs end to end at a tiny size on the session's cluster (no timing is asserted), and
-its two measures of a fault read the finish times as they say."""
+its measures of a fault read the finish times and the watch's samples as they say."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from bench.cluster import run
-from devtools.cluster.harness import Cluster, longest_gap, resume_after
+from devtools.cluster.harness import Cluster, PrimaryWatch, longest_gap, resume_after
 
-pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]  # with the cluster's start
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]  # with the cluster's start
 
 
 def test_the_cluster_bench_drains_on_one_node_and_on_the_cluster_and_reports_both(cluster: Cluster) -> None:
@@ -29,3 +30,15 @@ def test_a_drain_that_pauses_is_back_once_items_finish_at_half_the_earlier_rate_
     assert longest_gap(before + after, 10.0) == pytest.approx(4.0)
     assert resume_after(before + after, 10.0) == pytest.approx(4.8)  # the 5th item of the first full second
     assert resume_after(before, 10.0) == math.inf
+
+
+def test_the_watch_dates_a_promotion_by_its_first_sample_after_the_old_primary_was_found_down(
+        tmp_path: Path) -> None:
+    watch = PrimaryWatch(Cluster(tmp_path), "postgresql://postgres@127.0.0.1:1/relay")
+    states = [("primary", "standby"), ("down", "standby"), ("down", "standby"), ("down", "primary"),
+              ("standby", "primary")]
+    watch.samples = [{"a": (a, 0), "b": (b, 0)} for a, b in states]
+    watch.times = [100.0, 100.6, 101.1, 102.8, 103.3]
+    assert watch.promoted_at("a") == 102.8  # not 100.0: a was the primary then
+    assert watch.promoted_at("b") is None  # b never went down
+    assert watch.longest_gap() == pytest.approx(1.7)

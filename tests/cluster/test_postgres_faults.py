@@ -14,7 +14,7 @@ from devtools.cluster.faults import Pace, cut_from_database, fail_over_postgres,
 from devtools.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap, resume_after
 
 # The first test also waits for the session's cluster to start (etcd, Patroni, RabbitMQ: minutes on a loaded machine).
-pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture()

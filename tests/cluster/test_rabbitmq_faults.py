@@ -8,7 +8,7 @@ import pytest
 from devtools.cluster.faults import Pace, cut_from_broker, kill_queue_leader
 from devtools.cluster.harness import Cluster, ClusterStack, finish_times, resume_after
 
-pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]  # with the cluster's start
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]  # with the cluster's start
 
 
 def test_killing_the_node_that_leads_the_item_queue_loses_nothing_and_runs_nothing_twice(

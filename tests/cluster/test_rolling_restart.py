@@ -8,7 +8,7 @@ import pytest
 from devtools.cluster.faults import Pace, rolling_restart
 from devtools.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap
 
-pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(900)]  # with the cluster's start
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]  # with the cluster's start
 
 
 def test_a_rolling_restart_of_every_api_and_worker_during_a_batch_loses_nothing(
