@@ -16,6 +16,7 @@ import psycopg
 from app.batches import lifecycle, outbox, outcomes, store
 from app.batches.finals import expire_due, finalize_by_key
 from app.batches.runner import WorkerContext
+from app.db import connect_defaults
 from app.notify import NotifyListener
 
 log = logging.getLogger("relay.batches.monitor")
@@ -91,8 +92,8 @@ class Heartbeat:
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(self.ctx.runtime.settings.database_url, autocommit=True,
-                                                 connect_timeout=5)
+                    url = self.ctx.runtime.settings.database_url
+                    self._conn = psycopg.connect(url, autocommit=True, **connect_defaults(url))
                     if not outbox.hold_worker_session(self._conn, self.ctx.worker_id):
                         log.warning("worker %s: its session lock is held elsewhere", self.ctx.worker_id)
                 outbox.heartbeat(self._conn, self.ctx.worker_id, self._hostname, self._pid, self.ctx.threads)
