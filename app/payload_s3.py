@@ -48,6 +48,7 @@ from app.payload_port import (
     slice_span,
     spans,
 )
+from app.payload_s3_blocks import RequestBlocks
 from app.payload_s3_client import failures, passing, reason, s3_client, status
 from app.payload_s3_packs import PACK_PREFIX, Packer, PackMap, Unpacked, read_index
 from app.payload_s3_uploads import S3Uploads
@@ -85,12 +86,14 @@ class S3Store:
         self.staging, self.write_path = Path(staging), WritePath(mode)
         self.uploads = S3Uploads(self)
         self._lock = threading.Lock()
+        self._index_lock = threading.Lock()  # one thread loads a request file's index; the others wait for it
         self._pending: dict[UUID, _Pending] = {}
         self._retry: list[_Pending] = []  # uploads a failed sync left: tried first by the next one
         self._generation = 0
         self._pid, self._token = os.getpid(), process_token()
         self._indexes: OrderedDict[UUID, array[int]] = OrderedDict()
         self._pack_maps: OrderedDict[UUID, PackMap] = OrderedDict()
+        self._blocks = RequestBlocks()
         self.packer = Packer(self, unpacked or Unpacked())
         self._readers: ThreadPoolExecutor | None = None
         self._readers_pid = 0
@@ -120,9 +123,10 @@ class S3Store:
             raise PayloadMissing(f"item {idx} is not in the request file ({len(offsets) - 1} items)")
         if offsets[idx + 1] == offsets[idx]:
             return b""
+        key = self.key(batch_id, REQUESTS)
         try:
-            return self._patiently(lambda: self.get(self.key(batch_id, REQUESTS), offsets[idx],
-                                                     offsets[idx + 1] - offsets[idx]))
+            return self._blocks.read(batch_id, offsets[idx], offsets[idx + 1], offsets[-1],
+                                     lambda start, length: self._patiently(lambda: self.get(key, start, length)))
         except self.failures as exc:
             raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
 
@@ -139,12 +143,22 @@ class S3Store:
         return read()
 
     def _index(self, batch_id: UUID) -> array[int]:
-        """The batch's request-file offsets (two range reads the first time, then from memory)."""
-        with self._lock:
-            found = self._indexes.get(batch_id)
-            if found is not None:
-                self._indexes.move_to_end(batch_id)
-                return found
+        """The batch's request-file offsets (two range reads the first time, by one thread while the others wait,
+        then from memory)."""
+        with self._index_lock:
+            with self._lock:
+                found = self._indexes.get(batch_id)
+                if found is not None:
+                    self._indexes.move_to_end(batch_id)
+                    return found
+            offsets = self._load_index(batch_id)
+            with self._lock:
+                self._indexes[batch_id] = offsets
+                while len(self._indexes) > _INDEXES:
+                    self._indexes.popitem(last=False)
+            return offsets
+
+    def _load_index(self, batch_id: UUID) -> array[int]:
         key = self.key(batch_id, REQUESTS)
         try:
             answer = self._patiently(lambda: self.client.get_object(Bucket=self.bucket, Key=key,
@@ -156,10 +170,6 @@ class S3Store:
             raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
         except self.failures as exc:
             raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
-        with self._lock:
-            self._indexes[batch_id] = offsets
-            while len(self._indexes) > _INDEXES:
-                self._indexes.popitem(last=False)
         return offsets
 
     # responses ---------------------------------------------------------------------------------------------------
@@ -307,6 +317,7 @@ class S3Store:
         """Delete every object of the batch, listing again until none is left (a pack written meanwhile deletes
         itself when it finds the request file gone, or is found by the next listing)."""
         self.packer.unpacked.forget(batch_id)
+        self._blocks.forget(batch_id)
         with self._lock:
             self._pending.pop(batch_id, None)
             self._retry = [p for p in self._retry if p.batch_id != batch_id]
