@@ -4,12 +4,40 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+from uuid import UUID
 
 from app.payload_files import IncompleteFile
 
 if TYPE_CHECKING:
+    from app.payload_files import WritePath
     from app.settings import Settings
+
+
+class Bucket(Protocol):
+    """What the S3 store's uploads and packs use of it (app/payload_s3.S3Store)."""
+
+    client: Any
+    bucket: str
+    prefix: str
+    failures: tuple[type[Exception], ...]
+    staging: Path
+    write_path: WritePath
+
+    def key(self, batch_id: UUID, name: str) -> str: ...
+
+    def object_name(self, kind: str, suffix: str) -> str: ...
+
+    def put_new(self, key: str, body: bytes) -> None: ...
+
+    def get(self, key: str, offset: int, length: int) -> bytes: ...
+
+    def removed(self, batch_id: UUID) -> bool: ...
+
+    def delete_keys(self, keys: list[str]) -> None: ...
+
+    def staged_file(self) -> IO[bytes]: ...
 
 
 def s3_client(settings: Settings, credentials: Mapping[str, str] | None = None) -> Any:

@@ -17,11 +17,9 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from uuid import UUID
 
-if TYPE_CHECKING:
-    from app.payload_s3 import S3Store
+from app.payload_s3_client import Bucket
 
 PACK_PREFIX = "packed-"
 PACK_OBJECTS = 512  # small objects of a batch a process packs at once, at most
@@ -139,7 +137,7 @@ class Packer:
     """A process's packing of its small objects, on a thread of its own (made again in a forked child): a batch's
     are packed when PACK_OBJECTS are held, when it had no upload for the idle time, and all of them at close."""
 
-    def __init__(self, store: S3Store, unpacked: Unpacked) -> None:
+    def __init__(self, store: Bucket, unpacked: Unpacked) -> None:
         self.store, self.unpacked = store, unpacked
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -192,7 +190,7 @@ class Packer:
             self.pack_due(everything=True)
 
 
-def read_index(store: S3Store, key: str) -> dict[str, tuple[int, int]] | None:
+def read_index(store: Bucket, key: str) -> dict[str, tuple[int, int]] | None:
     """The index of the pack KEY (one ranged GET of its end, two when the index is longer); None when it cannot be
     read (gone, not a pack, or the store unreachable)."""
     try:

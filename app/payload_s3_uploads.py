@@ -6,14 +6,11 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 from uuid import UUID
 
 from app.payload_port import FileBytesMissing, FileStoreUnavailable, StagedFile
-from app.payload_s3_client import reason
-
-if TYPE_CHECKING:
-    from app.payload_s3 import S3Store
+from app.payload_s3_client import Bucket, reason
 
 FILES = "files/"
 
@@ -21,7 +18,7 @@ FILES = "files/"
 class S3Uploads:
     """The OpenAI Files API's uploads in the bucket, under `files/`."""
 
-    def __init__(self, store: S3Store) -> None:
+    def __init__(self, store: Bucket) -> None:
         self.store = store
 
     def _key(self, file_id: UUID) -> str:
