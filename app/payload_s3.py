@@ -265,7 +265,7 @@ class S3Store:
 
     def _pack_map(self, batch_id: UUID, *, fresh: bool = False) -> PackMap:
         """Where the batch's packed small objects are: from memory, or (the first time, or FRESH) a listing of its
-        packs and the indexes of those not read yet."""
+        packs, oldest first, and the indexes of those not read yet (a pack replaced since drops out)."""
         with self._lock:
             known = self._pack_maps.get(batch_id)
             if known is not None and not fresh:
@@ -273,19 +273,20 @@ class S3Store:
                 return known
         known = known or PackMap()
         try:
-            names = [key.rsplit("/", 1)[1] for key, _ in self._list(self.key(batch_id, PACK_PREFIX))]
+            listed = sorted(self._list(self.key(batch_id, PACK_PREFIX)), key=lambda entry: entry[1])
         except self.failures:
             return known
-        new = [name for name in names if name not in known.packs]
-        indexes = list(self._reader().map(lambda name: read_index(self, self.key(batch_id, name)), new))
+        names = [key.rsplit("/", 1)[1] for key, _ in listed]
+        new = [name for name in names if name not in known.indexes]
+        read = dict(zip(new, self._reader().map(lambda name: read_index(self, self.key(batch_id, name)), new),
+                        strict=True))
+        found = PackMap.of([(name, index) for name in names
+                            if (index := known.indexes.get(name) or read.get(name)) is not None])
         with self._lock:
-            for name, index in zip(new, indexes, strict=True):
-                if index is not None:
-                    known.learn(name, index)
-            self._pack_maps[batch_id] = known
+            self._pack_maps[batch_id] = found
             while len(self._pack_maps) > _INDEXES:
                 self._pack_maps.popitem(last=False)
-        return known
+        return found
 
     def _get_span(self, read: tuple[str, int, int, Any]) -> bytes | None:
         key, start, end, _ = read

@@ -25,6 +25,7 @@ PACK_PREFIX = "packed-"
 PACK_OBJECTS = 512  # small objects of a batch a process packs at once, at most
 PACK_BYTES = 32 << 20  # ... or as many as hold this many bytes
 PACK_IDLE_S = 2.0  # a batch without an upload for this long has what is left packed
+PACK_FORGET_S = 600.0  # a batch's open pack is let go (its bytes no longer held) after this long without an upload
 PACK_TAIL = 64 << 10  # bytes of a pack's end read to find its index (more when the index is longer)
 _MAGIC = b"RLYPACK1"
 _TRAILER = struct.Struct(">Q8s")  # the index's length, the magic
@@ -66,15 +67,28 @@ def parse_index(tail: bytes) -> dict[str, tuple[int, int]]:
 
 @dataclass
 class _Unpacked:
-    """The small objects of one batch this process uploaded and has not packed yet, with their bytes."""
+    """One batch's small objects this process uploaded, with their bytes: those not packed yet (FRESH of them) and
+    those of its open PACK (fewer than PACK_OBJECTS: packed again with the next ones, so that a batch whose items
+    come slowly still ends as one pack per process)."""
 
     parts: list[tuple[str, bytes]] = field(default_factory=list)
     size: int = 0
     last: float = 0.0
+    fresh: int = 0
+    pack: str | None = None
+
+
+@dataclass
+class Due:
+    """A batch's parts to pack, and the open pack they replace (deleted with the small objects)."""
+
+    batch_id: UUID
+    parts: list[tuple[str, bytes]]
+    pack: str | None
 
 
 class Unpacked:
-    """Every batch's unpacked small objects of this process; what is due for packing."""
+    """Every batch's small objects held by this process; what is due for packing."""
 
     def __init__(self, *, objects: int = PACK_OBJECTS, idle_s: float = PACK_IDLE_S) -> None:
         self.objects, self.idle_s = objects, idle_s
@@ -87,50 +101,67 @@ class Unpacked:
             held = self._batches.setdefault(batch_id, _Unpacked())
             held.parts.append((name, data))
             held.size += len(data)
+            held.fresh += 1
             held.last = time.monotonic()
-            return len(held.parts) >= self.objects or held.size >= PACK_BYTES
+            return self._full(held)
 
-    def due(self, *, everything: bool = False) -> list[tuple[UUID, list[tuple[str, bytes]]]]:
-        """Take the batches due: PACK_OBJECTS of them (or PACK_BYTES), idle ones, or EVERYTHING (two objects or more
-        each: one alone is left as it is)."""
+    def _full(self, held: _Unpacked) -> bool:
+        return len(held.parts) >= self.objects or held.size >= PACK_BYTES
+
+    def due(self, *, everything: bool = False) -> list[Due]:
+        """Take the batches due: PACK_OBJECTS of them (or PACK_BYTES), idle ones, or EVERYTHING, each with two
+        objects or more (one alone is held until another comes). A batch with nothing new for PACK_FORGET_S (or at
+        EVERYTHING) has its open pack closed: its bytes let go."""
         now, taken = time.monotonic(), []
         with self._lock:
             for batch_id, held in list(self._batches.items()):
-                full = len(held.parts) >= self.objects or held.size >= PACK_BYTES
-                if full or everything or now - held.last >= self.idle_s:
+                if not held.fresh:
+                    if everything or now - held.last >= PACK_FORGET_S:
+                        del self._batches[batch_id]
+                elif (self._full(held) or everything or now - held.last >= self.idle_s) and len(held.parts) > 1:
                     del self._batches[batch_id]
-                    if len(held.parts) > 1:
-                        taken.append((batch_id, held.parts))
+                    taken.append(Due(batch_id, held.parts, held.pack))
         return taken
 
-    def give_back(self, batch_id: UUID, parts: list[tuple[str, bytes]]) -> None:
-        """PARTS of a pack that could not be written: packed again later."""
+    def packed(self, due: Due, pack: str) -> None:
+        """DUE was written as PACK: held as the batch's open pack unless full."""
+        if len(due.parts) < self.objects and sum(len(data) for _, data in due.parts) < PACK_BYTES:
+            self._merge(due.batch_id, due.parts, pack, fresh=0)
+
+    def give_back(self, due: Due) -> None:
+        """DUE could not be written: packed again later."""
+        self._merge(due.batch_id, due.parts, due.pack, fresh=len(due.parts))
+
+    def _merge(self, batch_id: UUID, parts: list[tuple[str, bytes]], pack: str | None, *, fresh: int) -> None:
         with self._lock:
             held = self._batches.setdefault(batch_id, _Unpacked())
             held.parts[:0] = parts
             held.size += sum(len(data) for _, data in parts)
-            held.last = time.monotonic()
+            held.fresh += fresh
+            held.pack = pack
+            held.last = held.last or time.monotonic()
 
     def forget(self, batch_id: UUID) -> None:
         with self._lock:
             self._batches.pop(batch_id, None)
 
-    def waiting(self) -> bool:
-        with self._lock:
-            return bool(self._batches)
-
 
 @dataclass
 class PackMap:
-    """What a reader knows of a batch's packs: the packs read, and where each packed small object now is."""
+    """What a reader knows of a batch's packs: each pack's index, and where each packed small object is (in the
+    newest pack that holds it)."""
 
-    packs: set[str] = field(default_factory=set)
+    indexes: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     where: dict[str, tuple[str, int]] = field(default_factory=dict)  # small object → (pack, its offset there)
 
-    def learn(self, pack: str, index: dict[str, tuple[int, int]]) -> None:
-        self.packs.add(pack)
-        for name, (offset, _length) in index.items():
-            self.where.setdefault(name, (pack, offset))
+    @classmethod
+    def of(cls, indexes: list[tuple[str, dict[str, tuple[int, int]]]]) -> PackMap:
+        """The map of INDEXES (pack, its index), oldest first."""
+        found = cls()
+        for pack, index in indexes:
+            found.indexes[pack] = index
+            found.where.update((name, (pack, offset)) for name, (offset, _length) in index.items())
+        return found
 
 
 class Packer:
@@ -162,24 +193,29 @@ class Packer:
     def pack_due(self, *, everything: bool = False) -> int:
         """Pack the batches due (EVERYTHING: all held); how many packs were written."""
         written = 0
-        for batch_id, parts in self.unpacked.due(everything=everything):
+        for due in self.unpacked.due(everything=everything):
             try:
-                self.pack(batch_id, parts)
-                written += 1
+                name = self.pack(due.batch_id, due.parts, due.pack)
             except self.store.failures:
-                self.unpacked.give_back(batch_id, parts)  # the store down: packed when it is back
+                self.unpacked.give_back(due)  # the store down: packed when it is back
+                continue
+            written += 1
+            if name is not None:
+                self.unpacked.packed(due, name)
         return written
 
-    def pack(self, batch_id: UUID, parts: list[tuple[str, bytes]]) -> str:
-        """Write PARTS of BATCH_ID as one pack, then delete them; the pack's name. A pack of a batch removed
-        meanwhile (its request file gone) is deleted again rather than outlive it."""
+    def pack(self, batch_id: UUID, parts: list[tuple[str, bytes]], replaces: str | None = None) -> str | None:
+        """Write PARTS of BATCH_ID as one pack, then delete their small objects and the pack it REPLACES; the
+        pack's name. A pack of a batch removed meanwhile (its request file gone) is deleted again rather than
+        outlive it (None)."""
         name = self.store.object_name(PACK_PREFIX, "bin")
         key = self.store.key(batch_id, name)
         self.store.put_new(key, encode_pack(parts))
         if self.store.removed(batch_id):
             self.store.delete_keys([key])
-        else:
-            self.store.delete_keys([self.store.key(batch_id, small) for small, _ in parts])
+            return None
+        done = [small for small, _ in parts] + ([replaces] if replaces else [])
+        self.store.delete_keys([self.store.key(batch_id, small) for small in done])
         return name
 
     def close(self) -> None:

@@ -173,3 +173,28 @@ def test_a_pack_whose_index_is_longer_than_one_read_of_its_end_reads_back(stores
     assert head["ContentLength"] > 2 * PACK_TAIL  # the index alone is longer than PACK_TAIL
     wanted = [(n, name, 0, len(data)) for n, (name, data) in enumerate(parts)]
     assert _read(api, batch, wanted) == [data for _, data in parts]
+
+
+def test_a_batch_whose_items_come_slowly_ends_as_one_pack_per_process_read_through_each_replacement(
+        seaweedfs: SeaweedFS, tmp_path: Path, prefix: str) -> None:
+    worker = _store(seaweedfs, tmp_path / "w", prefix, objects=100, idle_s=0.1)
+    api = _store(seaweedfs, tmp_path / "a", prefix)
+    batch = uuid4()
+    worker.write_requests(batch, [b"{}"] * 6)
+    wanted: list[Any] = []
+    try:
+        for idx in range(6):  # one group commit at a time, each after the last was packed (paced items)
+            wanted.append((idx, *worker.append_response(batch, idx, b'{"idx":%d}' % idx)))
+            worker.sync()
+            deadline = time.monotonic() + WAIT_S
+            while idx and _kinds(worker, batch) != ["packed-", "request"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _kinds(worker, batch) == (["packed-", "request"] if idx else ["request", "respons"])
+            assert _read(api, batch, wanted) == _expected(wanted)  # its map of the packs is stale each time
+    finally:
+        worker.close()
+        api.close()
+
+
+def _kinds(store: S3Store, batch: UUID) -> list[str]:
+    return [key[:7] for key in _keys(store, batch)]
