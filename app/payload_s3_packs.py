@@ -3,7 +3,9 @@ compaction). A group commit uploads one small immutable object per batch (durabl
 commit); at most every PACK_OBJECTS of them, and when a batch has had no upload for PACK_IDLE_S (it ended, or this
 process has no more of its items), the process writes the bytes it still holds for them as one `packed-...bin`
 object with its index (each small object's name, offset and length in the pack) at its end, then deletes the small
-ones. The pack and its index are one PUT, so there is nothing to commit between them: a crash before the PUT
+ones. A pack of fewer than PACK_OBJECTS stays open (its bytes held) and is rewritten with the next small objects
+of its batch, replacing it (a batch whose items come slowly ends as one pack per process). The pack and its index
+are one PUT, so there is nothing to commit between them: a crash before the PUT
 completes leaves the small objects; a crash after it leaves both, equal bytes, and readers prefer the pack. A
 reader maps a reference's small object to its pack (a listing of the batch's packs and their indexes, cached), and
 when a small object is gone (packed meanwhile) looks for the packs again.
