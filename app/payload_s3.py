@@ -177,20 +177,23 @@ class S3Store:
     def object_name(self, kind: str, suffix: str) -> str:
         """A new object's name, unique to this process: KIND, the process's token, a count, SUFFIX."""
         with self._lock:
-            if os.getpid() != self._pid:  # a forked child must not name its objects as its parent does
-                self._pid, self._token, self._pending, self._retry = os.getpid(), process_token(), {}, []
-            self._generation += 1
-            return f"{kind}{self._token}-{self._generation}.{suffix}"
+            return self._next_name(kind, suffix)
+
+    def _next_name(self, kind: str, suffix: str) -> str:
+        """object_name, the lock held."""
+        if os.getpid() != self._pid:  # a forked child must not name its objects as its parent does
+            self._pid, self._token, self._pending, self._retry = os.getpid(), process_token(), {}, []
+        self._generation += 1
+        return f"{kind}{self._token}-{self._generation}.{suffix}"
 
     def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
-        """Add item IDX's response to this process's next object of the batch; in the bucket after sync()."""
+        """Add item IDX's response to this process's next object of the batch; in the bucket after sync() (one
+        lock: a sync takes an object whole, never with an append half made)."""
         with self._lock:
             pending = self._pending.get(batch_id) if os.getpid() == self._pid else None
-        if pending is None:
-            name = self.object_name("responses-", "seg")
-            with self._lock:
-                pending = self._pending.setdefault(batch_id, _Pending(batch_id, name))
-        with self._lock:
+            if pending is None:
+                name = self._next_name("responses-", "seg")
+                pending = self._pending[batch_id] = _Pending(batch_id, name)
             offset = len(pending.data)
             pending.data += body
         return ResponseRef(pending.name, offset, len(body))
