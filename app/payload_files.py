@@ -1,5 +1,6 @@
-"""The payload store's files: the request file format, the response segment writer, and a cache of open read
-descriptors. `app/payloads.py` puts them together; nothing here knows about batches or Postgres.
+"""The payload store's files: the request file format and the response segment writer (the cache of open read
+descriptors is `app/payload_fds.py`). `app/payloads.py` puts them together; nothing here knows about batches or
+Postgres.
 
 A request file is every item's body back to back, then a fixed-width index of n + 1 little-endian uint64 offsets
 (item i is bytes offsets[i]:offsets[i+1]), then a 16-byte trailer: uint64 n and the magic `RLYREQ01`. The trailer
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from itertools import accumulate, islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -300,7 +301,7 @@ class Segments:
             expired = [s for s in self._failed if now - (s.failed_at or now) >= SYNC_FAILURE_HOLD_S]
             for segment in expired:
                 self._failed.remove(segment)
-                _close_quietly(segment.fd)
+                close_quietly(segment.fd)
             return [s for s in (*self._failed, *self._open.values()) if not s.clean]
 
     def forget(self, key: Any) -> None:
@@ -308,7 +309,7 @@ class Segments:
         with self._lock:
             segment = self._open.pop(key, None)
         if segment is not None:
-            _close_quietly(segment.fd)
+            close_quietly(segment.fd)
 
     def close(self) -> None:
         with self._lock:
@@ -316,94 +317,18 @@ class Segments:
             self._open.clear()
             self._failed.clear()
         for segment in segments:
-            _close_quietly(segment.fd)
+            close_quietly(segment.fd)
 
     def _evict(self, keep: Any) -> None:
         """Close the least recently used clean segments beyond capacity (never KEEP's, just opened)."""
         extra = len(self._open) - self._capacity
         for key in [k for k, s in self._open.items() if s.clean and k != keep][:max(0, extra)]:
-            _close_quietly(self._open.pop(key).fd)
+            close_quietly(self._open.pop(key).fd)
 
 
-class _Handle:
-    def __init__(self, fd: int, info: Any) -> None:
-        self.fd, self.info = fd, info
-        self.users = 0
-        self.retired = False
-
-
-FileKey = tuple[Any, str]  # (batch id, file name)
-T = TypeVar("T")
-
-
-def _nothing(fd: int) -> None:
-    return None
-
-
-class OpenFiles:
-    """Read-only descriptors by (batch id, file name), kept open for the next read; the least recently used are
-    closed beyond CAPACITY, each only once no thread is reading through it (its number could be reused)."""
-
-    def __init__(self, capacity: int, path_of: Callable[[FileKey], str]) -> None:
-        self._lock = threading.Lock()
-        self._open: OrderedDict[FileKey, _Handle] = OrderedDict()
-        self._capacity, self._path_of = capacity, path_of
-
-    def read(self, key: FileKey, reader: Callable[[int, Any], T], describe: Callable[[int], Any] = _nothing) -> T:
-        """READER(fd, DESCRIBE(fd)) on KEY's file, opened on first use; OSError when it cannot be opened."""
-        handle = self._acquire(key, describe)
-        try:
-            return reader(handle.fd, handle.info)
-        finally:
-            with self._lock:
-                handle.users -= 1
-                close = handle.retired and handle.users == 0
-            if close:
-                _close_quietly(handle.fd)
-
-    def drop(self, batch_id: Any, name: str | None = None) -> None:
-        """Close the descriptors of a batch's files (or of one of them), once their readers are done."""
-        with self._lock:
-            for key in [k for k in self._open if k[0] == batch_id and name in (None, k[1])]:
-                self._retire(self._open.pop(key))
-
-    def close(self) -> None:
-        with self._lock:
-            while self._open:
-                self._retire(self._open.popitem()[1])
-
-    def _acquire(self, key: FileKey, describe: Callable[[int], Any]) -> _Handle:
-        with self._lock:
-            handle = self._open.get(key)
-            if handle is not None:
-                self._open.move_to_end(key)
-                handle.users += 1
-                return handle
-        fd = os.open(self._path_of(key), os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            fresh = _Handle(fd, describe(fd))
-        except BaseException:
-            os.close(fd)
-            raise
-        with self._lock:
-            handle = self._open.setdefault(key, fresh)
-            handle.users += 1
-            while len(self._open) > self._capacity:
-                self._retire(self._open.popitem(last=False)[1])
-        if handle is not fresh:
-            os.close(fd)
-        return handle
-
-    def _retire(self, handle: _Handle) -> None:
-        """Called under the lock."""
-        handle.retired = True
-        if handle.users == 0:
-            _close_quietly(handle.fd)
-
-
-def _close_quietly(fd: int) -> None:
+def close_quietly(fd: int) -> None:
+    """Close FD, whatever happens."""
     try:
         os.close(fd)
     except OSError:
         pass
-

@@ -6,7 +6,9 @@ RabbitMQ and the bucket. The layout (under RELAY_S3_PREFIX; docs/batches.md#payl
 - `<batch_id>/responses-<process>-<n>.seg`: S3 has no append, so the responses a worker process keeps for a batch
   between two group commits are one immutable object, uploaded by `sync()` (with If-None-Match, never over
   another) before their final states commit. A reference is (object, offset, length), read back by byte range.
-- `files/<file_id>`: an OpenAI Files API upload (staged on local disk while received, then uploaded whole).
+- `<batch_id>/packed-<process>-<n>.bin`: many such small objects of one process, packed into one with an index at
+  its end, after which the small ones are deleted (app/payload_s3_packs.py): a batch ends as a few large objects.
+- `files/<file_id>`: an OpenAI Files API upload (app/payload_s3_uploads.py).
 
 A sync that fails keeps what it could not upload and tries it again first at the next sync, which fails as long as
 anything is left: a response is never committed with a reference to bytes that are not in the bucket.
@@ -19,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -36,67 +38,35 @@ from app.payload_files import (
 )
 from app.payload_port import (
     SEGMENT_NAME,
-    FileBytesMissing,
-    FileStoreUnavailable,
     Found,
     PayloadMissing,
     PayloadStoreUnavailable,
     ResponseRef,
-    StagedFile,
     Wanted,
     by_segment,
     process_token,
     slice_span,
     spans,
 )
+from app.payload_s3_blocks import RequestBlocks
+from app.payload_s3_client import failures, passing, reason, s3_client, status
+from app.payload_s3_packs import PACK_PREFIX, Packer, PackMap, Unpacked, read_index
+from app.payload_s3_uploads import S3Uploads
 
 if TYPE_CHECKING:
     from array import array
 
     from app.payload_files import Body
-    from app.settings import Settings
+
+__all__ = ["S3Store", "s3_client"]
 
 REQUESTS = "requests.bin"
-FILES = "files/"
-_INDEXES = 64  # request-file indexes kept per process (a 100,000-item batch's is 800 kB)
+_INDEXES = 64  # request-file indexes (and pack maps) kept per process (a 100,000-item batch's index is 800 kB)
 _DELETE_MAX = 1000  # keys per DeleteObjects call (S3's limit)
+_REMOVE_ROUNDS = 3  # listings a removal deletes, so that a pack written during the first is removed too
 T = TypeVar("T")
 READ_PARALLEL = 16  # ranged GETs a results read has in flight at once
 READ_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between reads of a request while the store is unreachable
-
-
-def s3_client(settings: Settings, credentials: Mapping[str, str] | None = None) -> Any:
-    """A boto3 S3 client for SETTINGS (thread-safe; one per process). Checksums only when an operation requires
-    them, as S3-compatible servers other than AWS expect; path-style addressing for an endpoint URL. Credentials:
-    CREDENTIALS' AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the AWS SDK's usual chain (the environment, ...)."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required",
-                    retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60,
-                    max_pool_connections=64, s3={"addressing_style": "path"} if settings.s3_endpoint_url else None)
-    keys = {} if credentials is None else {"aws_access_key_id": credentials["AWS_ACCESS_KEY_ID"],
-                                           "aws_secret_access_key": credentials["AWS_SECRET_ACCESS_KEY"]}
-    return boto3.session.Session().client("s3", endpoint_url=settings.s3_endpoint_url or None,
-                                          region_name=settings.s3_region, config=config, **keys)
-
-
-def _failures() -> tuple[type[Exception], ...]:
-    """What a failed call to the object store raises (botocore's and boto3's errors; OSError of local staging)."""
-    from boto3.exceptions import Boto3Error
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    return BotoCoreError, ClientError, Boto3Error, OSError
-
-
-def _passing(exc: Exception) -> bool:
-    """Whether a failed call may succeed if tried again: the store unreachable or answering 5xx (not a 4xx)."""
-    status = _status(exc)
-    return status >= 500 or (status == 0 and not isinstance(exc, IncompleteFile))
-
-
-def _status(exc: Exception) -> int:
-    return int(getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
 class _Pending:
@@ -109,17 +79,22 @@ class _Pending:
 class S3Store:
     """The payload port on a bucket; STAGING is a local folder (this replica's own) for files being uploaded."""
 
-    def __init__(self, client: Any, bucket: str, prefix: str, staging: str | os.PathLike[str], *, mode: int) -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str, staging: str | os.PathLike[str], *, mode: int,
+                 unpacked: Unpacked | None = None) -> None:
         self.client, self.bucket, self.prefix = client, bucket, prefix
-        self.failures = _failures()
+        self.failures = failures()
         self.staging, self.write_path = Path(staging), WritePath(mode)
         self.uploads = S3Uploads(self)
         self._lock = threading.Lock()
+        self._index_lock = threading.Lock()  # one thread loads a request file's index; the others wait for it
         self._pending: dict[UUID, _Pending] = {}
         self._retry: list[_Pending] = []  # uploads a failed sync left: tried first by the next one
         self._generation = 0
         self._pid, self._token = os.getpid(), process_token()
         self._indexes: OrderedDict[UUID, array[int]] = OrderedDict()
+        self._pack_maps: OrderedDict[UUID, PackMap] = OrderedDict()
+        self._blocks = RequestBlocks()
+        self.packer = Packer(self, unpacked or Unpacked())
         self._readers: ThreadPoolExecutor | None = None
         self._readers_pid = 0
 
@@ -140,7 +115,7 @@ class S3Store:
                 handle.seek(0)
                 self.client.upload_fileobj(handle, self.bucket, self.key(batch_id, REQUESTS))
         except self.failures as exc:
-            raise PayloadStoreUnavailable(message=f"cannot write the batch's request file: {_reason(exc)}") from exc
+            raise PayloadStoreUnavailable(message=f"cannot write the batch's request file: {reason(exc)}") from exc
 
     def read_request(self, batch_id: UUID, idx: int) -> bytes:
         offsets = self._index(batch_id)
@@ -148,11 +123,12 @@ class S3Store:
             raise PayloadMissing(f"item {idx} is not in the request file ({len(offsets) - 1} items)")
         if offsets[idx + 1] == offsets[idx]:
             return b""
+        key = self.key(batch_id, REQUESTS)
         try:
-            return self._patiently(lambda: self._get(self.key(batch_id, REQUESTS), offsets[idx],
-                                                     offsets[idx + 1] - offsets[idx]))
+            return self._blocks.read(batch_id, offsets[idx], offsets[idx + 1], offsets[-1],
+                                     lambda start, length: self._patiently(lambda: self.get(key, start, length)))
         except self.failures as exc:
-            raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
+            raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
 
     def _patiently(self, read: Callable[[], T]) -> T:
         """READ, tried again while the store is unreachable or failing (READ_RETRIES_S): an item waits out a short
@@ -161,97 +137,158 @@ class S3Store:
             try:
                 return read()
             except self.failures as exc:
-                if not _passing(exc):
+                if not passing(exc):
                     raise
                 time.sleep(wait)
         return read()
 
     def _index(self, batch_id: UUID) -> array[int]:
-        """The batch's request-file offsets (two range reads the first time, then from memory)."""
-        with self._lock:
-            found = self._indexes.get(batch_id)
-            if found is not None:
-                self._indexes.move_to_end(batch_id)
-                return found
+        """The batch's request-file offsets (two range reads the first time, by one thread while the others wait,
+        then from memory)."""
+        with self._index_lock:
+            with self._lock:
+                found = self._indexes.get(batch_id)
+                if found is not None:
+                    self._indexes.move_to_end(batch_id)
+                    return found
+            offsets = self._load_index(batch_id)
+            with self._lock:
+                self._indexes[batch_id] = offsets
+                while len(self._indexes) > _INDEXES:
+                    self._indexes.popitem(last=False)
+            return offsets
+
+    def _load_index(self, batch_id: UUID) -> array[int]:
         key = self.key(batch_id, REQUESTS)
         try:
             answer = self._patiently(lambda: self.client.get_object(Bucket=self.bucket, Key=key,
                                                                     Range=f"bytes=-{TRAILER_SIZE}"))
             size = int(answer["ContentRange"].rsplit("/", 1)[1])
             index: RequestIndex = parse_trailer(answer["Body"].read(), size)
-            offsets = parse_offsets(self._patiently(lambda: self._get(key, index.index_at, 8 * (index.count + 1))))
+            offsets = parse_offsets(self._patiently(lambda: self.get(key, index.index_at, 8 * (index.count + 1))))
         except (IncompleteFile, KeyError, ValueError) as exc:
-            raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
+            raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
         except self.failures as exc:
-            raise PayloadMissing(f"{REQUESTS}: {_reason(exc)}") from exc
-        with self._lock:
-            self._indexes[batch_id] = offsets
-            while len(self._indexes) > _INDEXES:
-                self._indexes.popitem(last=False)
+            raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
         return offsets
 
     # responses ---------------------------------------------------------------------------------------------------
 
-    def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
-        """Add item IDX's response to this process's next object of the batch; in the bucket after sync()."""
+    def object_name(self, kind: str, suffix: str) -> str:
+        """A new object's name, unique to this process: KIND, the process's token, a count, SUFFIX."""
         with self._lock:
-            if os.getpid() != self._pid:  # a forked child must not name its objects as its parent does
-                self._pid, self._token, self._pending, self._retry = os.getpid(), process_token(), {}, []
-            pending = self._pending.get(batch_id)
+            return self._next_name(kind, suffix)
+
+    def _next_name(self, kind: str, suffix: str) -> str:
+        """object_name, the lock held."""
+        if os.getpid() != self._pid:  # a forked child must not name its objects as its parent does
+            self._pid, self._token, self._pending, self._retry = os.getpid(), process_token(), {}, []
+        self._generation += 1
+        return f"{kind}{self._token}-{self._generation}.{suffix}"
+
+    def append_response(self, batch_id: UUID, idx: int, body: bytes) -> ResponseRef:
+        """Add item IDX's response to this process's next object of the batch; in the bucket after sync() (one
+        lock: a sync takes an object whole, never with an append half made)."""
+        with self._lock:
+            pending = self._pending.get(batch_id) if os.getpid() == self._pid else None
             if pending is None:
-                self._generation += 1
-                name = f"responses-{self._token}-{self._generation}.seg"
+                name = self._next_name("responses-", "seg")
                 pending = self._pending[batch_id] = _Pending(batch_id, name)
             offset = len(pending.data)
             pending.data += body
         return ResponseRef(pending.name, offset, len(body))
 
     def sync(self) -> None:
-        """Upload every object kept since the last sync (and any a failed sync left), one PUT each."""
+        """Upload every object kept since the last sync (and any a failed sync left), one PUT each; each uploaded is
+        held for packing."""
         with self._lock:
             todo = self._retry + list(self._pending.values())
             self._retry, self._pending = [], {}
         failed: list[_Pending] = []
-        reason = ""
+        why = ""
         for pending in todo:
+            body = bytes(pending.data)
             try:
-                self._put(pending)
+                self.put_new(self.key(pending.batch_id, pending.name), body)
             except self.failures as exc:
                 failed.append(pending)
-                reason = _reason(exc)
+                why = reason(exc)
+            else:
+                self.packer.uploaded(pending.batch_id, pending.name, body)
         if failed:
             with self._lock:
                 self._retry = failed + self._retry
-            raise PayloadStoreUnavailable(message=f"cannot upload the responses: {reason}")
+            raise PayloadStoreUnavailable(message=f"cannot upload the responses: {why}")
 
-    def _put(self, pending: _Pending) -> None:
+    def put_new(self, key: str, body: bytes) -> None:
+        """Upload a new object, never over another (If-None-Match)."""
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self.key(pending.batch_id, pending.name),
-                                   Body=bytes(pending.data), IfNoneMatch="*")
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
         except self.failures as exc:
-            if _status(exc) != 412:  # 412: a retry of a PUT that did land (the same bytes, never overwritten)
+            if status(exc) != 412:  # 412: a retry of a PUT that did land (the same bytes, never overwritten)
                 raise
 
     def read_response(self, batch_id: UUID, idx: int, ref: ResponseRef | None) -> bytes | None:
         if ref is None or not SEGMENT_NAME.fullmatch(ref.segment) or ref.offset < 0 or ref.length < 0:
             return None
-        if ref.length == 0:
-            return b""
-        try:
-            return self._get(self.key(batch_id, ref.segment), ref.offset, ref.length)
-        except self.failures:
-            return None
+        found = self.read_responses(batch_id, [(idx, *ref)])[0]
+        return None if found is None else bytes(found)
 
     def read_responses(self, batch_id: UUID, items: Sequence[Wanted]) -> Found:
-        """read_response of many ITEMS: one ranged GET per span of an object (app/payload_port.spans), up to
-        READ_PARALLEL of them at once (a batch's responses are many small objects: one per group commit)."""
+        """read_response of many ITEMS: one ranged GET per span of an object (app/payload_port.spans), a pack's
+        where its small object was packed, up to READ_PARALLEL of them at once. Those whose small object is gone
+        are read again from the packs found by a fresh look (packed meanwhile)."""
         found: Found = [None] * len(items)
         grouped, _ = by_segment(items)
-        reads = [(self.key(batch_id, segment), start, end, span) for segment, ranges in grouped.items()
-                 if SEGMENT_NAME.fullmatch(segment) for start, end, span in spans(ranges)]
+        grouped = {segment: ranges for segment, ranges in grouped.items() if SEGMENT_NAME.fullmatch(segment)}
+        failed = self._read_into(batch_id, grouped, self._pack_map(batch_id), found)
+        if failed:
+            packs = self._pack_map(batch_id, fresh=True)
+            self._read_into(batch_id, {s: grouped[s] for s in failed if s in packs.where}, packs, found)
+        return found
+
+    def _read_into(self, batch_id: UUID, grouped: dict[str, list[tuple[int, int, int]]], packs: PackMap,
+                   found: Found) -> set[str]:
+        """Read GROUPED (small object → its ranges) into FOUND, through PACKS; the small objects not read."""
+        per_object: dict[str, list[tuple[int, int, int]]] = {}
+        segment_at: dict[int, str] = {}
+        for segment, ranges in grouped.items():
+            name, base = packs.where.get(segment, (segment, 0))
+            per_object.setdefault(name, []).extend((base + offset, length, pos) for offset, length, pos in ranges)
+            segment_at.update((pos, segment) for _, _, pos in ranges)
+        reads = [(self.key(batch_id, name), start, end, span) for name, ranges in per_object.items()
+                 for start, end, span in spans(sorted(ranges))]
+        failed: set[str] = set()
         for (_, start, _, span), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
-            if data is not None:
+            if data is None:
+                failed.update(segment_at[pos] for _, _, pos in span)
+            else:
                 slice_span(data, start, span, found)
+        return failed
+
+    def _pack_map(self, batch_id: UUID, *, fresh: bool = False) -> PackMap:
+        """Where the batch's packed small objects are: from memory, or (the first time, or FRESH) a listing of its
+        packs, oldest first, and the indexes of those not read yet (a pack replaced since drops out)."""
+        with self._lock:
+            known = self._pack_maps.get(batch_id)
+            if known is not None and not fresh:
+                self._pack_maps.move_to_end(batch_id)
+                return known
+        known = known or PackMap()
+        try:
+            listed = sorted(self._list(self.key(batch_id, PACK_PREFIX)), key=lambda entry: entry[1])
+        except self.failures:
+            return known
+        names = [key.rsplit("/", 1)[1] for key, _ in listed]
+        new = [name for name in names if name not in known.indexes]
+        read = dict(zip(new, self._reader().map(lambda name: read_index(self, self.key(batch_id, name)), new),
+                        strict=True))
+        found = PackMap.of([(name, index) for name in names
+                            if (index := known.indexes.get(name) or read.get(name)) is not None])
+        with self._lock:
+            self._pack_maps[batch_id] = found
+            while len(self._pack_maps) > _INDEXES:
+                self._pack_maps.popitem(last=False)
         return found
 
     def _get_span(self, read: tuple[str, int, int, Any]) -> bytes | None:
@@ -259,7 +296,7 @@ class S3Store:
         if end == start:
             return b""
         try:
-            return self._get(key, start, end - start)
+            return self.get(key, start, end - start)
         except self.failures:
             return None
 
@@ -270,7 +307,8 @@ class S3Store:
                 self._readers, self._readers_pid = ThreadPoolExecutor(READ_PARALLEL, "relay-s3-read"), os.getpid()
             return self._readers
 
-    def _get(self, key: str, offset: int, length: int) -> bytes:
+    def get(self, key: str, offset: int, length: int) -> bytes:
+        """LENGTH bytes of the object KEY from OFFSET (one ranged GET)."""
         answer = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
         data: bytes = answer["Body"].read()
         if len(data) != length:
@@ -280,18 +318,39 @@ class S3Store:
     # retention ---------------------------------------------------------------------------------------------------
 
     def remove_batch(self, batch_id: UUID) -> bool:
+        """Delete every object of the batch, listing again until none is left (a pack written meanwhile deletes
+        itself when it finds the request file gone, or is found by the next listing)."""
+        self.packer.unpacked.forget(batch_id)
+        self._blocks.forget(batch_id)
         with self._lock:
             self._pending.pop(batch_id, None)
             self._retry = [p for p in self._retry if p.batch_id != batch_id]
             self._indexes.pop(batch_id, None)
+            self._pack_maps.pop(batch_id, None)
         try:
-            keys = [key for key, _ in self._list(f"{self.prefix}{batch_id}/")]
-            for start in range(0, len(keys), _DELETE_MAX):
-                objects = [{"Key": key} for key in keys[start:start + _DELETE_MAX]]
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+            for _ in range(_REMOVE_ROUNDS):
+                keys = [key for key, _ in self._list(f"{self.prefix}{batch_id}/")]
+                if not keys:
+                    return True
+                self.delete_keys(keys)
             return not any(True for _ in self._list(f"{self.prefix}{batch_id}/"))
         except self.failures:
             return False
+
+    def delete_keys(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), _DELETE_MAX):
+            objects = [{"Key": key} for key in keys[start:start + _DELETE_MAX]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+
+    def removed(self, batch_id: UUID) -> bool:
+        """Whether the batch's request file is gone (the batch removed); the store's failures when it cannot say."""
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self.key(batch_id, REQUESTS))
+            return False
+        except self.failures as exc:
+            if status(exc) == 404:
+                return True
+            raise
 
     def batches(self) -> Iterator[tuple[UUID, float]]:
         """Every batch with objects in the bucket, with the time its newest object was written."""
@@ -317,6 +376,7 @@ class S3Store:
             self.sync()
         except PayloadStoreUnavailable:
             pass
+        self.packer.close()
         if self._readers is not None and self._readers_pid == os.getpid():
             self._readers.shutdown(wait=False)
             self._readers = None
@@ -325,61 +385,3 @@ class S3Store:
         """A new anonymous file in the local staging folder, open for writing and reading."""
         self.write_path.make_dir(self.staging)
         return tempfile.TemporaryFile(dir=self.staging)
-
-
-class S3Uploads:
-    """The OpenAI Files API's uploads in the bucket, under `files/`."""
-
-    def __init__(self, store: S3Store) -> None:
-        self.store = store
-
-    def _key(self, file_id: UUID) -> str:
-        return f"{self.store.prefix}{FILES}{file_id}"
-
-    def stage(self) -> StagedFile:
-        try:
-            self.store.write_path.make_dir(self.store.staging)
-            fd, name = tempfile.mkstemp(dir=self.store.staging, suffix=".part")
-            os.fchmod(fd, self.store.write_path.file_mode)
-            return StagedFile(Path(name), os.fdopen(fd, "w+b"))
-        except OSError as exc:
-            raise FileStoreUnavailable(message=f"cannot store the file: {exc.strerror or exc}") from exc
-
-    def publish(self, staged: StagedFile, file_id: UUID) -> None:
-        try:
-            staged.handle.flush()
-            staged.handle.seek(0)
-            self.store.client.upload_fileobj(staged.handle, self.store.bucket, self._key(file_id))
-        except self.store.failures as exc:
-            raise FileStoreUnavailable(message=f"cannot store the file: {_reason(exc)}") from exc
-        finally:
-            self.discard(staged)
-
-    @staticmethod
-    def discard(staged: StagedFile) -> None:
-        staged.handle.close()
-        staged.path.unlink(missing_ok=True)
-
-    def open(self, file_id: UUID) -> IO[bytes]:
-        """The upload, copied to a local anonymous file (read as a file, line by line, by its users)."""
-        handle = None
-        try:
-            handle = self.store.staged_file()
-            self.store.client.download_fileobj(self.store.bucket, self._key(file_id), handle)
-            handle.seek(0)
-            return handle
-        except self.store.failures as exc:
-            if handle is not None:
-                handle.close()
-            raise FileBytesMissing(f"{file_id}: {_reason(exc)}") from exc
-
-    def remove(self, file_id: UUID) -> None:
-        try:
-            self.store.client.delete_object(Bucket=self.store.bucket, Key=self._key(file_id))
-        except self.store.failures:
-            pass  # best effort, like the folder store's
-
-
-def _reason(exc: BaseException) -> str:
-    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from app.payload_fds import OpenFiles
 from app.payload_files import (
-    OpenFiles,
     RequestIndex,
     Segment,
     Segments,

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from app.payload_s3 import S3Store
+from app.payload_s3_packs import PACK_IDLE_S
 from bench.env import BenchEnv, batch_body
 from bench.report import Results
 from bench.sizes import Sizes
@@ -19,6 +20,7 @@ DRAIN_RATIO = 0.9  # drain on S3 ÷ drain on the folder, at least
 ACCEPT_RATIO = 1.5  # accept on S3 ÷ accept on the folder, at most
 RESULTS_PER_S = 100_000  # results streamed from S3, at least
 MAX_OBJECTS = 200  # objects per 100,000-item batch run to the end, at most
+SETTLE_MAX_S = 120.0  # the longest wait for the workers' packing to be over before the objects are counted
 
 
 def object_store(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
@@ -48,8 +50,9 @@ def _run(env: BenchEnv, sizes: Sizes, server: SeaweedFS, backend: str) -> dict[s
     accepted = time.time()
     env.wait_final(batch_id, sizes.files_items)
     drain_per_s = sizes.files_items / (env.last_finished(batch_id) - accepted)
+    objects = _settled_objects(server, batch_id) if backend == "s3" else 0  # results read once packed
+    _stream_results(env, batch_id, sizes.files_items)  # once to warm the API workers (an S3 client's first use)
     streamed_per_s = _stream_results(env, batch_id, sizes.files_items)
-    objects = len(_keys(server, batch_id)) if backend == "s3" else 0
     env.forget_batch(batch_id)
     if backend == "s3":
         S3Store(server.client(), server.bucket, "", env.work / "s3-staging", mode=0o600).remove_batch(UUID(batch_id))
@@ -68,6 +71,18 @@ def _stream_results(env: BenchEnv, batch_id: str, total: int) -> float:
     return total / took
 
 
+def _settled_objects(server: SeaweedFS, batch_id: str) -> int:
+    """The batch's objects once the workers' packing is over: the count unchanged for twice the idle time after
+    which a process packs a batch (bounded: a count that never settles is reported as it is then)."""
+    count, since, deadline = len(_keys(server, batch_id)), time.monotonic(), time.monotonic() + SETTLE_MAX_S
+    while time.monotonic() - since < 2 * PACK_IDLE_S and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = len(_keys(server, batch_id))
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
 def _keys(server: SeaweedFS, batch_id: str) -> list[str]:
     pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=server.bucket, Prefix=f"{batch_id}/")
     return [entry["Key"] for page in pages for entry in page.get("Contents", ())]
@@ -80,7 +95,7 @@ def _report(sizes: Sizes, measured: dict[str, dict[str, float]], results: Result
                 "x", target=(">=", DRAIN_RATIO), baseline=folder["drain_per_s"], baseline_name="folder items/s")
     results.add(SCENARIO, f"{label}: accept on S3 ÷ accept on the folder", s3["accept_s"] / folder["accept_s"], "x",
                 target=("<=", ACCEPT_RATIO), baseline=folder["accept_s"], baseline_name="folder seconds to 202")
-    results.add(SCENARIO, f"{label}: results streamed from S3", s3["results_per_s"], "items/s",
+    results.add(SCENARIO, f"{label}: results streamed from S3 (packed)", s3["results_per_s"], "items/s",
                 target=(">=", RESULTS_PER_S), baseline=folder["results_per_s"], baseline_name="from the folder")
     results.add(SCENARIO, f"{label}: objects in the bucket, run to the end by {sizes.drain_workers[0]} processes",
                 s3["objects"], "", target=("<=", MAX_OBJECTS * max(1, sizes.files_items // 100_000)))

@@ -184,3 +184,28 @@ def test_results_stream_in_order_and_are_cut_visibly_when_the_batch_is_deleted_m
     assert _keys(seaweedfs, batch_id) == []
     *kept, last = (first + b"".join(chunks)).rstrip(b"\n").split(b"\n")
     assert 0 < len(kept) < 2100 and json.loads(last)["error"]["code"] == "results_incomplete"
+
+
+def test_a_finished_batch_ends_as_a_few_packs_and_its_results_stay_whole_while_it_is_packed(
+        on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    stack = on_s3
+    key = stack.new_key("disk")
+    stack.start_worker(threads=8)
+    stack.start_worker(threads=8)
+    batch_id = stack.submit(key, "s3-packs", ITEMS)
+    stack.wait_finished(key, batch_id, timeout=180)
+    deadline, reads = time.monotonic() + 90, 0
+    while True:  # results read over and over while the workers pack the batch's objects (idle: after 2 s)
+        keys = _keys(seaweedfs, f"{batch_id}/")
+        res = stack.call(key, "GET", f"/v1/batches/{batch_id}/results", query_string={"format": "jsonl"})
+        lines = [json.loads(line) for line in res.get_data().splitlines()]
+        assert [line["idx"] for line in lines] == list(range(ITEMS))
+        assert all(line["response"]["object"] == "chat.completion" for line in lines), lines[-1]
+        reads += 1
+        small = [k for k in keys if "/responses-" in k]
+        if len(small) <= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    packs = [k for k in keys if "/packed-" in k]
+    assert len(small) <= 2 and packs, keys  # a process's lone last object may stay as it is
+    assert len(keys) <= 12 and reads >= 1, keys  # ~100 objects (one per group commit) before

@@ -1,0 +1,245 @@
+"""Packs: a worker process's small response objects of a batch, rewritten as one large object (the S3 store's
+compaction). A group commit uploads one small immutable object per batch (durable before the items' final states
+commit); at most every PACK_OBJECTS of them, and when a batch has had no upload for PACK_IDLE_S (it ended, or this
+process has no more of its items), the process writes the bytes it still holds for them as one `packed-...bin`
+object with its index (each small object's name, offset and length in the pack) at its end, then deletes the small
+ones. A pack of fewer than PACK_OBJECTS stays open (its bytes held) and is rewritten with the next small objects
+of its batch, replacing it (a batch whose items come slowly ends as one pack per process). The pack and its index
+are one PUT, so there is nothing to commit between them: a crash before the PUT
+completes leaves the small objects; a crash after it leaves both, equal bytes, and readers prefer the pack. A
+reader maps a reference's small object to its pack (a listing of the batch's packs and their indexes, cached), and
+when a small object is gone (packed meanwhile) looks for the packs again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from app.payload_s3_client import Bucket
+
+PACK_PREFIX = "packed-"
+PACK_OBJECTS = 512  # small objects of a batch a process packs at once, at most
+PACK_BYTES = 32 << 20  # ... or as many as hold this many bytes
+PACK_IDLE_S = 2.0  # a batch without an upload for this long has what is left packed
+PACK_FORGET_S = 600.0  # a batch's open pack is let go (its bytes no longer held) after this long without an upload
+PACK_TAIL = 64 << 10  # bytes of a pack's end read to find its index (more when the index is longer)
+_MAGIC = b"RLYPACK1"
+_TRAILER = struct.Struct(">Q8s")  # the index's length, the magic
+
+
+class PackMalformed(ValueError):
+    """An object named as a pack whose end is no pack index."""
+
+
+def encode_pack(parts: list[tuple[str, bytes]]) -> bytes:
+    """PARTS (small object name, its bytes) as one pack: the bytes, the index (JSON), the trailer."""
+    index: dict[str, list[int]] = {}
+    out = bytearray()
+    for name, data in parts:
+        index[name] = [len(out), len(data)]
+        out += data
+    encoded = json.dumps(index, separators=(",", ":")).encode()
+    return bytes(out + encoded + _TRAILER.pack(len(encoded), _MAGIC))
+
+
+def index_length(tail: bytes) -> int:
+    """How many bytes before the trailer the index of the pack ending in TAIL takes."""
+    if len(tail) < _TRAILER.size:
+        raise PackMalformed("shorter than its trailer")
+    length, magic = _TRAILER.unpack(tail[-_TRAILER.size:])
+    if magic != _MAGIC:
+        raise PackMalformed("no pack trailer")
+    return int(length)
+
+
+def parse_index(tail: bytes) -> dict[str, tuple[int, int]]:
+    """The index (small object name → offset, length in the pack) at the end of TAIL, a pack's last bytes."""
+    length = index_length(tail)
+    if length + _TRAILER.size > len(tail):
+        raise PackMalformed("index longer than the bytes read")
+    raw = json.loads(tail[len(tail) - _TRAILER.size - length:len(tail) - _TRAILER.size])
+    return {str(name): (int(at[0]), int(at[1])) for name, at in raw.items()}
+
+
+@dataclass
+class _Unpacked:
+    """One batch's small objects this process uploaded, with their bytes: those not packed yet (FRESH of them) and
+    those of its open PACK (fewer than PACK_OBJECTS: packed again with the next ones, so that a batch whose items
+    come slowly still ends as one pack per process)."""
+
+    parts: list[tuple[str, bytes]] = field(default_factory=list)
+    size: int = 0
+    last: float = 0.0
+    fresh: int = 0
+    pack: str | None = None
+
+
+@dataclass
+class Due:
+    """A batch's parts to pack, and the open pack they replace (deleted with the small objects)."""
+
+    batch_id: UUID
+    parts: list[tuple[str, bytes]]
+    pack: str | None
+
+
+class Unpacked:
+    """Every batch's small objects held by this process; what is due for packing."""
+
+    def __init__(self, *, objects: int = PACK_OBJECTS, idle_s: float = PACK_IDLE_S) -> None:
+        self.objects, self.idle_s = objects, idle_s
+        self._lock = threading.Lock()
+        self._batches: dict[UUID, _Unpacked] = {}
+
+    def add(self, batch_id: UUID, name: str, data: bytes) -> bool:
+        """Remember an uploaded small object; whether its batch is due for packing now (enough of them)."""
+        with self._lock:
+            held = self._batches.setdefault(batch_id, _Unpacked())
+            held.parts.append((name, data))
+            held.size += len(data)
+            held.fresh += 1
+            held.last = time.monotonic()
+            return self._full(held)
+
+    def _full(self, held: _Unpacked) -> bool:
+        return len(held.parts) >= self.objects or held.size >= PACK_BYTES
+
+    def due(self, *, everything: bool = False) -> list[Due]:
+        """Take the batches due: PACK_OBJECTS of them (or PACK_BYTES), idle ones, or EVERYTHING, each with two
+        objects or more (one alone is held until another comes). A batch with nothing new for PACK_FORGET_S (or at
+        EVERYTHING) has its open pack closed: its bytes let go."""
+        now, taken = time.monotonic(), []
+        with self._lock:
+            for batch_id, held in list(self._batches.items()):
+                if not held.fresh:
+                    if everything or now - held.last >= PACK_FORGET_S:
+                        del self._batches[batch_id]
+                elif (self._full(held) or everything or now - held.last >= self.idle_s) and len(held.parts) > 1:
+                    del self._batches[batch_id]
+                    taken.append(Due(batch_id, held.parts, held.pack))
+        return taken
+
+    def packed(self, due: Due, pack: str) -> None:
+        """DUE was written as PACK: held as the batch's open pack unless full."""
+        if len(due.parts) < self.objects and sum(len(data) for _, data in due.parts) < PACK_BYTES:
+            self._merge(due.batch_id, due.parts, pack, fresh=0)
+
+    def give_back(self, due: Due) -> None:
+        """DUE could not be written: packed again later."""
+        self._merge(due.batch_id, due.parts, due.pack, fresh=len(due.parts))
+
+    def _merge(self, batch_id: UUID, parts: list[tuple[str, bytes]], pack: str | None, *, fresh: int) -> None:
+        with self._lock:
+            held = self._batches.setdefault(batch_id, _Unpacked())
+            held.parts[:0] = parts
+            held.size += sum(len(data) for _, data in parts)
+            held.fresh += fresh
+            held.pack = pack
+            held.last = held.last or time.monotonic()
+
+    def forget(self, batch_id: UUID) -> None:
+        with self._lock:
+            self._batches.pop(batch_id, None)
+
+
+@dataclass
+class PackMap:
+    """What a reader knows of a batch's packs: each pack's index, and where each packed small object is (in the
+    newest pack that holds it)."""
+
+    indexes: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    where: dict[str, tuple[str, int]] = field(default_factory=dict)  # small object → (pack, its offset there)
+
+    @classmethod
+    def of(cls, indexes: list[tuple[str, dict[str, tuple[int, int]]]]) -> PackMap:
+        """The map of INDEXES (pack, its index), oldest first."""
+        found = cls()
+        for pack, index in indexes:
+            found.indexes[pack] = index
+            found.where.update((name, (pack, offset)) for name, (offset, _length) in index.items())
+        return found
+
+
+class Packer:
+    """A process's packing of its small objects, on a thread of its own (made again in a forked child): a batch's
+    are packed when PACK_OBJECTS are held, when it had no upload for the idle time, and all of them at close."""
+
+    def __init__(self, store: Bucket, unpacked: Unpacked) -> None:
+        self.store, self.unpacked = store, unpacked
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._closed = False
+
+    def uploaded(self, batch_id: UUID, name: str, data: bytes) -> None:
+        """A small object of BATCH_ID is in the bucket: held until packed."""
+        if self.unpacked.add(batch_id, name, data):
+            self._wake.set()
+        if self._thread is None or self._pid != os.getpid():
+            self._pid, self._closed = os.getpid(), False
+            self._thread = threading.Thread(target=self._run, name="relay-s3-pack", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.unpacked.idle_s / 2)
+            self._wake.clear()
+            self.pack_due()
+
+    def pack_due(self, *, everything: bool = False) -> int:
+        """Pack the batches due (EVERYTHING: all held); how many packs were written."""
+        written = 0
+        for due in self.unpacked.due(everything=everything):
+            try:
+                name = self.pack(due.batch_id, due.parts, due.pack)
+            except self.store.failures:
+                self.unpacked.give_back(due)  # the store down: packed when it is back
+                continue
+            written += 1
+            if name is not None:
+                self.unpacked.packed(due, name)
+        return written
+
+    def pack(self, batch_id: UUID, parts: list[tuple[str, bytes]], replaces: str | None = None) -> str | None:
+        """Write PARTS of BATCH_ID as one pack, then delete their small objects and the pack it REPLACES; the
+        pack's name. A pack of a batch removed meanwhile (its request file gone) is deleted again rather than
+        outlive it (None)."""
+        name = self.store.object_name(PACK_PREFIX, "bin")
+        key = self.store.key(batch_id, name)
+        self.store.put_new(key, encode_pack(parts))
+        if self.store.removed(batch_id):
+            self.store.delete_keys([key])
+            return None
+        done = [small for small, _ in parts] + ([replaces] if replaces else [])
+        self.store.delete_keys([self.store.key(batch_id, small) for small in done])
+        return name
+
+    def close(self) -> None:
+        """Pack what is held (best effort) and stop the thread."""
+        self._closed = True
+        self._wake.set()
+        if self._pid == os.getpid():
+            self.pack_due(everything=True)
+
+
+def read_index(store: Bucket, key: str) -> dict[str, tuple[int, int]] | None:
+    """The index of the pack KEY (one ranged GET of its end, two when the index is longer); None when it cannot be
+    read (gone, not a pack, or the store unreachable)."""
+    try:
+        answer = store.client.get_object(Bucket=store.bucket, Key=key, Range=f"bytes=-{PACK_TAIL}")
+        tail = answer["Body"].read()
+        length = index_length(tail) + _TRAILER.size
+        if length > len(tail):
+            size = int(answer["ContentRange"].rsplit("/", 1)[1])
+            tail = store.get(key, size - length, length)
+        return parse_index(tail)
+    except (PackMalformed, KeyError, ValueError):
+        return None
+    except store.failures:
+        return None  # read again at the next look for packs
