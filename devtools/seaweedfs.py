@@ -7,9 +7,10 @@ bucket made by an upload (as on AWS, a missing bucket is refused), and
 every port it listens on given explicitly.
 
 Ports: `weed` cannot be told to bind port 0 (each server advertises its port to the others), so the ports are
-chosen: a block of consecutive ports at a random base, outside Linux's ephemeral range (32768-60999: the OS never
-hands them out to outgoing connections). A taken port fails loudly: `weed` exits at once with "bind: address
-already in use" when any of its listeners cannot bind, and `start()` then tries a new block (ATTEMPTS times). It
+claimed (devtools/cluster/ports.reserve): below Linux's ephemeral range (the OS never hands them out to outgoing
+connections), each claimed for this server's folder, so no other test's server takes one while this one is stopped
+and started again. A taken port fails loudly: `weed` exits at once with "bind: address already in use" when any
+of its listeners cannot bind, and `start()` then claims new ports (ATTEMPTS times). It
 counts as up only once its banner says every component runs, its process is still alive, and the S3 port answers
 with the bucket made for this server (an object written and read back), so a port another program holds is never
 mistaken for it.
@@ -18,7 +19,6 @@ mistaken for it.
 from __future__ import annotations
 
 import json
-import random
 import secrets
 import shutil
 import signal
@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools.cluster.ports import reserve
+
 WEED = Path(sys.executable).with_name("weed")
-PORTS_FROM, PORTS_TO = 26_000, 32_000  # above the other local services' ports, below the ephemeral range
 BLOCK = 14  # ports one server takes
 ATTEMPTS = 8
 PROBE = "relay-probe"
@@ -51,12 +52,12 @@ class SeaweedFS:
     bucket: str = field(default_factory=lambda: "relay-" + secrets.token_hex(4))
     access_key: str = field(default_factory=lambda: "relay" + secrets.token_hex(6))
     secret_key: str = field(default_factory=lambda: secrets.token_hex(20))
-    base: int = 0
+    ports: list[int] = field(default_factory=list)  # BLOCK claimed ports, in _arguments' order
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.base + 6}"
+        return f"http://127.0.0.1:{self.ports[6]}"
 
     def settings(self) -> dict[str, Any]:
         """Relay's settings for this server (the payload backend), as Settings fields."""
@@ -69,11 +70,11 @@ class SeaweedFS:
 
     def start(self) -> SeaweedFS:
         """Start it on a new block of ports (or, after stop(), on the same ones and the same data)."""
-        if self.base:
+        if self.ports:
             self._launch()
             return self
         for _ in range(ATTEMPTS):
-            self.base = random.randrange(PORTS_FROM, PORTS_TO - BLOCK)
+            self.ports = reserve(BLOCK, self.workdir)
             try:
                 self._launch()
                 return self
@@ -106,11 +107,10 @@ class SeaweedFS:
         return s3_client(settings, self.credentials())
 
     def _arguments(self) -> list[str]:
-        b = self.base
-        ports = {"master.port": b, "master.port.grpc": b + 1, "volume.port": b + 2, "volume.port.grpc": b + 3,
-                 "filer.port": b + 4, "filer.port.grpc": b + 5, "s3.port": b + 6, "s3.port.grpc": b + 7,
-                 "admin.port": b + 8, "admin.port.grpc": b + 9, "webdav.port": b + 10, "volume.port.public": b + 11,
-                 "filer.port.public": b + 12, "metricsPort": b + 13}
+        names = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+                 "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc", "webdav.port", "volume.port.public",
+                 "filer.port.public", "metricsPort")
+        ports = dict(zip(names, self.ports, strict=True))
         return [str(WEED), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 "-master.telemetry=false", "-metricsIp=127.0.0.1", "-admin.ui=false", "-webdav=false",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
@@ -125,7 +125,7 @@ class SeaweedFS:
         return path
 
     def _launch(self) -> None:
-        log_path = self.workdir / f"weed-{self.base}.log"
+        log_path = self.workdir / f"weed-{self.ports[0]}.log"
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(self._arguments(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
                                          start_new_session=True)

@@ -8,6 +8,7 @@ from typing import Any
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate, validates
 
 from adapters.registry import openai_batch_endpoints
+from schemas.catalog import PRINTABLE
 from schemas.webhooks import CallbackSchema
 
 OPENAI_BATCH_STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
@@ -66,7 +67,7 @@ class OpenAIListArgs(Schema):
     class Meta:
         unknown = RAISE
 
-    after = fields.String(load_default=None, validate=validate.Length(max=100),
+    after = fields.String(load_default=None, validate=[validate.Length(max=100), PRINTABLE],
                           metadata={"description": "the last id of the previous page"})
     limit = fields.Integer(load_default=20, validate=validate.Range(min=1, max=100))
 
@@ -77,10 +78,10 @@ class FileListArgs(Schema):
     class Meta:
         unknown = EXCLUDE
 
-    after = fields.String(load_default=None, validate=validate.Length(max=100))
+    after = fields.String(load_default=None, validate=[validate.Length(max=100), PRINTABLE])
     limit = fields.Integer(load_default=10_000, validate=validate.Range(min=1, max=10_000))
     order = fields.String(load_default="desc", validate=validate.OneOf(("asc", "desc")))
-    purpose = fields.String(load_default=None, validate=validate.Length(max=100))
+    purpose = fields.String(load_default=None, validate=[validate.Length(max=100), PRINTABLE])
 
 
 class AnthropicListArgs(Schema):

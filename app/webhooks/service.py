@@ -36,21 +36,26 @@ def get_delivery(runtime: Runtime, delivery_id: str) -> dict[str, Any]:
     """The delivery with every attempt (oldest first) and the event body it sends."""
     found = _parse(delivery_id)
     with runtime.pool.connection() as conn:
-        row = store.get_delivery(conn, found) if found else None
-        if row is None or found is None:
-            raise DeliveryNotFound(message="webhook delivery not found")
-        attempts = store.attempts_of(conn, found)
-    return {**delivery_view(row), "attempt_log": attempts, "event": json.loads(row["body"])}
+        return _delivery_detail(conn, found)
 
 
 def resend(runtime: Runtime, delivery_id: str) -> dict[str, Any]:
-    """Send the delivery again now: the same event and webhook-id, a new give-up window, its attempts kept."""
+    """Send the delivery again now: the same event and webhook-id, a new give-up window, its attempts kept. The
+    answer is the delivery as this call left it (pending), read before a webhook worker can take it."""
     found = _parse(delivery_id)
     with runtime.pool.connection() as conn, conn.transaction():
         if found is None or not store.resend(conn, found):
             raise DeliveryNotFound(message="webhook delivery not found")
+        detail = _delivery_detail(conn, found)
         store.notify(conn)
-    return get_delivery(runtime, delivery_id)
+    return detail
+
+
+def _delivery_detail(conn: Any, found: UUID | None) -> dict[str, Any]:
+    row = store.get_delivery(conn, found) if found else None
+    if row is None or found is None:
+        raise DeliveryNotFound(message="webhook delivery not found")
+    return {**delivery_view(row), "attempt_log": store.attempts_of(conn, found), "event": json.loads(row["body"])}
 
 
 def batch_deliveries(runtime: Runtime, batch_id: UUID) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from app.batches.messages import run_items
 from app.batches.publisher import InProcessPublisher
 from app.batches.runner import WorkerContext
 from app.batches.scheduler import Publication
-from tests.batches.helpers import CHAT, submit, wait_finished, wait_for
+from devtools.waiting import until
+from tests.batches.helpers import CHAT, submit, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres and the fake upstream
 
@@ -84,7 +85,7 @@ def test_a_publish_that_fails_leaves_its_items_to_the_next_pass(client, key, run
     dispatcher = Dispatcher(runtime, publisher, poll_s=0.2)
     dispatcher.start()
     try:
-        wait_for(lambda: _items_of(publisher.waiting, batch_id) == [0, 1, 2], 60, "the items published again")
+        until(lambda: _items_of(publisher.waiting, batch_id) == [0, 1, 2], what="the items published again")
     finally:
         dispatcher.stop()
         client.post(f"/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"})

@@ -191,6 +191,12 @@ def test_files_list_deletes_and_serves_their_bytes(relay_api, key) -> None:  # t
     assert refused.value.body["code"] == "unsupported_purpose"
 
 
+@pytest.mark.parametrize("query", ["purpose=a%00b", "after=file-%00", "order=desc&purpose=%01"])
+def test_a_control_character_in_a_files_list_filter_is_a_400_not_a_500(relay_api, key, query) -> None:  # type: ignore[no-untyped-def]
+    res = requests.get(f"{relay_api.url}/v1/files?{query}", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert res.status_code == 400 and res.json()["error"]["code"], res.text
+
+
 def test_another_caller_gets_404_on_every_route(relay_api, make_key, make_token) -> None:  # type: ignore[no-untyped-def]
     owner = client(relay_api, make_key()["key"])
     uploaded = upload(owner, jsonl([{"custom_id": "mine", **chat("mine")}]))

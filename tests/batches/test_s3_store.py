@@ -110,7 +110,7 @@ def test_an_abandoned_or_failing_write_leaves_nothing(store: S3Store) -> None:
 def test_a_store_that_is_down_or_refuses_is_unavailable_and_nothing_is_kept(own_server: SeaweedFS,
                                                                             tmp_path: Path) -> None:
     wrong = SeaweedFS(own_server.workdir, bucket=own_server.bucket, access_key=own_server.access_key,
-                      secret_key="not-the-secret", base=own_server.base)
+                      secret_key="not-the-secret", ports=own_server.ports)
     refused = S3Store(wrong.client(), own_server.bucket, "p/", tmp_path, mode=0o600)
     with pytest.raises(PayloadStoreUnavailable, match="SignatureDoesNotMatch"):
         refused.write_requests(uuid4(), _bodies(10))

@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 ITEMS = 500  # at 100 items/s (the paced policy's batch share), about 5 s: the fault meets items still waiting
 THREADS = 8
+# RabbitMQ's stop takes seconds on a loaded machine (it once outlasted a 500-item batch): 15 s of paced items
+RESTART_ITEMS = 1500
 
 
 def test_a_worker_killed_mid_paced_batch_loses_only_its_running_items(shared: Stack) -> None:
@@ -46,7 +48,7 @@ def test_a_rabbitmq_restart_mid_paced_batch_loses_nothing_and_runs_nothing_twice
     stack.upstream.control(upstream_key("paced-rabbitmq"), latency_ms=50)
     stack.start_worker(threads=THREADS)
     stack.start_worker(threads=THREADS)
-    batch_id = stack.submit(key, "paced-rabbitmq", ITEMS)
+    batch_id = stack.submit(key, "paced-rabbitmq", RESTART_ITEMS)
     stack.wait_items(batch_id, ("completed",), 100)
 
     private_services.stop_rabbitmq()
@@ -54,7 +56,7 @@ def test_a_rabbitmq_restart_mid_paced_batch_loses_nothing_and_runs_nothing_twice
     time.sleep(1)
     private_services.start_rabbitmq()
 
-    accounting = stack.account(key, batch_id, "paced-rabbitmq", ITEMS, timeout=180)
-    assert accounting.states() == {"completed": ITEMS}  # none discarded: not rate_limited, not lost
-    assert stopped < ITEMS
+    accounting = stack.account(key, batch_id, "paced-rabbitmq", RESTART_ITEMS, timeout=180)
+    assert accounting.states() == {"completed": RESTART_ITEMS}  # none discarded: not rate_limited, not lost
+    assert stopped < RESTART_ITEMS
     assert all(proc.proc.poll() is None for proc in stack.processes)
