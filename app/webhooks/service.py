@@ -51,7 +51,7 @@ def resend(runtime: Runtime, delivery_id: str) -> dict[str, Any]:
     return detail
 
 
-def _delivery_detail(conn: Any, found: UUID | None) -> dict[str, Any]:
+def _delivery_detail(conn: store.Conn, found: UUID | None) -> dict[str, Any]:
     row = store.get_delivery(conn, found) if found else None
     if row is None or found is None:
         raise DeliveryNotFound(message="webhook delivery not found")
