@@ -71,8 +71,9 @@ def passing(exc: Exception) -> bool:
 
 
 def status(exc: Exception) -> int:
-    """The HTTP status a failed call was answered with (0: none)."""
-    return int(getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    """The HTTP status a failed call was answered with (0: none, such as a connection the server closed)."""
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
 def reason(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ when a small object is gone (packed meanwhile) looks for the packs again.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import threading
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from app.payload_s3_client import Bucket
+
+log = logging.getLogger(__name__)
 
 PACK_PREFIX = "packed-"
 PACK_OBJECTS = 512  # small objects of a batch a process packs at once, at most
@@ -190,7 +193,10 @@ class Packer:
         while not self._closed:
             self._wake.wait(self.unpacked.idle_s / 2)
             self._wake.clear()
-            self.pack_due()
+            try:
+                self.pack_due()
+            except Exception:  # a bug must not end packing for the process's life: its objects stay readable
+                log.exception("packing small response objects failed")
 
     def pack_due(self, *, everything: bool = False) -> int:
         """Pack the batches due (EVERYTHING: all held); how many packs were written."""

@@ -4,6 +4,7 @@ and retried, removal and listing, uploads."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 from app.payload_port import FileBytesMissing, PayloadMissing, PayloadStoreUnavailable, ResponseRef
 from app.payload_s3 import S3Store
 from app.payload_s3_blocks import BLOCK
+from app.payload_s3_client import passing, s3_client, status
+from app.settings import Settings
 from devtools.seaweedfs import SeaweedFS, start_seaweedfs
 
 
@@ -211,3 +214,32 @@ def test_an_upload_is_published_whole_read_back_and_removed(store: S3Store) -> N
     with pytest.raises(FileBytesMissing):
         store.uploads.open(file_id)
     assert not any(Path(store.staging).iterdir())
+
+
+def test_an_endpoint_that_closes_connections_unanswered_is_a_failure_worth_retrying(tmp_path: Path) -> None:
+    """A store behind a proxy that drops connections (botocore raises without a response): a passing failure, never
+    a crash of the caller (the packer's thread once died on it)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    closing = threading.Event()
+
+    def close_every_connection() -> None:
+        while not closing.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=close_every_connection, daemon=True).start()
+    try:
+        settings = Settings(database_url="postgresql://unused", broker_url="amqp://unused", admin_token="x" * 16,
+                            secret_key="x" * 16, payload_backend="s3", s3_bucket="b", s3_region="us-east-1",
+                            s3_endpoint_url=f"http://127.0.0.1:{listener.getsockname()[1]}")
+        store = S3Store(s3_client(settings, {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}), "b", "t/",
+                        tmp_path, mode=0o600)
+        with pytest.raises(store.failures) as failed:
+            store.put_new("t/x", b"body")
+        assert status(failed.value) == 0 and passing(failed.value)
+    finally:
+        closing.set()
+        listener.close()
