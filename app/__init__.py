@@ -15,7 +15,14 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 from app.api.docs_assets import ASSETS_URL
 from app.api.docs_assets import blp as docs_blueprint
 from app.api.openapi import build_api
-from app.errors import DatabaseUnavailable, InternalError, RelayError, RequestTimeout, from_http_exception
+from app.errors import (
+    DatabaseUnavailable,
+    InternalError,
+    RelayError,
+    RequestTimeout,
+    ValidationFailed,
+    from_http_exception,
+)
 from app.observability.metrics import install_request_metrics
 from app.observability.request_tracing import install_request_tracing
 from app.observability.tracing import get_tracing
@@ -82,6 +89,13 @@ def _register_request_hooks(app: Flask) -> None:
     def assign_request_id() -> None:
         incoming = request.headers.get("x-request-id", "")
         g.request_id = incoming if _valid_request_id(incoming) else uuid.uuid4().hex
+
+    @app.before_request
+    def refuse_nul_in_query() -> None:
+        # No text a route keeps or looks up can hold NUL (Postgres refuses it in text): one check for every route
+        query = request.query_string
+        if b"%00" in query or b"\x00" in query:
+            raise ValidationFailed("a query argument holds a NUL character")
 
     @app.after_request
     def add_request_id(response):  # type: ignore[no-untyped-def]
