@@ -148,10 +148,15 @@ class MessagesAdapter:
         """A reader for Messages event streams."""
         return MessagesStreamReader()
 
-    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
-        """Anthropic's error envelope (the SDK picks its class from the status); Relay adds its stable `code`."""
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+        """Anthropic's error envelope (the SDK picks its class from the status); Relay adds its stable `code`.
+        Anthropic's errors name no parameter."""
         error_type = _ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": error_type, "message": message, "code": code}}
+
+    def caller_headers(self, headers: dict[str, str], now: datetime) -> dict[str, str]:
+        """Anthropic's rate-limit header names and reset times."""
+        return ratelimit_headers(headers, now)
 
     def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]:
         """Pass-through with `model` rewritten (Messages streams always carry usage)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 EMBEDDINGS = "embeddings"  # live-only request shape, sent to OpenAI-family bindings
@@ -71,7 +72,12 @@ class ShapeAdapter(Protocol):
 
     def stream_usage_reader(self) -> StreamUsageReader: ...
 
-    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]: ...
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+        """Its error object for STATUS with Relay's stable CODE (PARAM: the request parameter at fault, where the
+        shape's errors name one)."""
+
+    def caller_headers(self, headers: dict[str, str], now: datetime) -> dict[str, str]:
+        """Relay's answer HEADERS under the names this shape's SDK reads (its rate-limit headers)."""
 
     def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]: ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from adapters import fields as f
@@ -93,9 +94,13 @@ class EmbeddingsAdapter:
         """Embeddings never stream: this reader takes the whole JSON body."""
         return WholeBodyUsageReader()
 
-    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
         """OpenAI's error envelope."""
-        return openai_error_body(status, code, message)
+        return openai_error_body(status, code, message, param)
+
+    def caller_headers(self, headers: dict[str, str], now: datetime) -> dict[str, str]:
+        """Relay's names are OpenAI's (`x-ratelimit-*`)."""
+        return headers
 
     def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]:
         """Pass-through with `model` rewritten."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -98,10 +99,11 @@ def bearer_headers(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"} if secret else {}
 
 
-def openai_error_body(status: int, code: str, message: str) -> dict[str, Any]:
-    """OpenAI's error envelope; the SDK picks its exception class from the HTTP status."""
+def openai_error_body(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error envelope; the SDK picks its exception class from the HTTP status. PARAM: the parameter at
+    fault, as OpenAI's errors name it."""
     error_type = _ERROR_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 def _check_message(name: str, message: dict[str, Any]) -> list[FieldError]:
@@ -199,9 +201,13 @@ class ChatCompletionsAdapter:
         """A reader for chat.completion.chunk streams."""
         return ChatStreamReader()
 
-    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
         """OpenAI's error envelope."""
-        return openai_error_body(status, code, message)
+        return openai_error_body(status, code, message, param)
+
+    def caller_headers(self, headers: dict[str, str], now: datetime) -> dict[str, str]:
+        """Relay's names are OpenAI's (`x-ratelimit-*`)."""
+        return headers
 
     def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]:
         """Rewrite `model`; a stream also gets `stream_options.include_usage` (one extra final chunk, usage only)."""

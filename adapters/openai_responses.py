@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -147,9 +148,13 @@ class ResponsesAdapter:
         """A reader for Responses event streams."""
         return ResponsesStreamReader()
 
-    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
         """OpenAI's error envelope."""
-        return openai_error_body(status, code, message)
+        return openai_error_body(status, code, message, param)
+
+    def caller_headers(self, headers: dict[str, str], now: datetime) -> dict[str, str]:
+        """Relay's names are OpenAI's (`x-ratelimit-*`)."""
+        return headers
 
     def prepare_body(self, body: dict[str, Any], upstream_model: str) -> dict[str, Any]:
         """Pass-through with `model` rewritten (Responses streams always end with usage)."""

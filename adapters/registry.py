@@ -18,6 +18,7 @@ ADAPTERS: dict[str, ShapeAdapter] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 _TEXTS = ("title", "provider", "upstream_path")
 _NAME_TUPLES = ("output_limit_fields", "canonical_markers")
+CANONICAL_WIRE = "openai"  # the wire format of /v1/generate's answers and errors
 
 
 class ShapeRegistrationError(Exception):
@@ -62,6 +63,12 @@ def get_adapter(shape: str) -> ShapeAdapter:
     if adapter is None:
         raise UnknownShape(f"unknown shape: {shape!r}")
     return adapter
+
+
+def wire_adapter(shape: str) -> ShapeAdapter:
+    """The adapter of the wire format SHAPE's callers speak (its error objects, its header names): SHAPE's own;
+    OpenAI's for the canonical /v1/generate, which has none of its own."""
+    return get_adapter(CANONICAL_WIRE if shape == CANONICAL else shape)
 
 
 def batch_shapes() -> tuple[str, ...]:

@@ -7,28 +7,25 @@ from typing import Any
 
 from flask.typing import ResponseReturnValue
 
-from adapters import get_adapter
-from adapters.anthropic import ratelimit_headers
+from adapters.registry import wire_adapter
 from app.errors import RelayError
 
 _LOCATIONS = ("json", "query", "form", "files", "headers")  # webargs' outer keys of a validation error's messages
 
 
 def shaped_error(shape: str, exc: RelayError) -> ResponseReturnValue:
-    """EXC as an Anthropic error object on /messages, an OpenAI error object elsewhere; both carry `code`. An
-    OpenAI error names the parameter at fault in `param`, as OpenAI's do."""
-    adapter = get_adapter("anthropic" if shape == "anthropic" else "openai")
-    body = adapter.error_body(exc.status, exc.code, exc.message)
-    if shape != "anthropic":
-        body["error"]["param"] = error_param(exc)
+    """EXC as the error object of SHAPE's wire format (Anthropic's on /messages, OpenAI's elsewhere); every one
+    carries `code`, and names the parameter at fault where the format does (OpenAI's `param`)."""
+    adapter = wire_adapter(shape)
+    body = adapter.error_body(exc.status, exc.code, exc.message, error_param(exc))
     if exc.details is not None:
         body["error"]["details"] = exc.details
-    return body, exc.status, shaped_headers(shape, exc.headers)
+    return body, exc.status, adapter.caller_headers(exc.headers, datetime.now(UTC))
 
 
 def shaped_headers(shape: str, headers: dict[str, str]) -> dict[str, str]:
     """HEADERS as SHAPE's SDK reads them: Anthropic's rate-limit header names on Anthropic's routes."""
-    return ratelimit_headers(headers, datetime.now(UTC)) if shape == "anthropic" else headers
+    return wire_adapter(shape).caller_headers(headers, datetime.now(UTC))
 
 
 def error_param(exc: RelayError) -> str | None:
