@@ -32,16 +32,15 @@ WHERE host_key_id = %s AND opened_until <= now() RETURNING host_key_id
 """
 _SUCCESS = """
 INSERT INTO key_health AS h (host_key_id, consecutive_failures, opened_until, last_used_at, uses)
-VALUES (%s, 0, NULL, now(), 1)
+VALUES (%s, 0, NULL, %s, 1)
 ON CONFLICT (host_key_id) DO UPDATE SET consecutive_failures = 0, opened_until = NULL,
-    last_used_at = now(), uses = h.uses + 1
+    last_used_at = greatest(h.last_used_at, excluded.last_used_at), uses = h.uses + 1
 """
-_TOUCH = "UPDATE key_health SET last_used_at = now(), uses = uses + 1 WHERE host_key_id = %s"
 _FAILURE = """
 INSERT INTO key_health AS h (host_key_id, consecutive_failures, opened_until, last_used_at, uses)
-VALUES (%s, 1, CASE WHEN %s <= 1 THEN now() + make_interval(secs => %s) END, now(), 1)
+VALUES (%s, 1, CASE WHEN %s <= 1 THEN now() + make_interval(secs => %s) END, %s, 1)
 ON CONFLICT (host_key_id) DO UPDATE SET consecutive_failures = h.consecutive_failures + 1,
-    last_used_at = now(), uses = h.uses + 1,
+    last_used_at = greatest(h.last_used_at, excluded.last_used_at), uses = h.uses + 1,
     opened_until = CASE WHEN h.consecutive_failures + 1 >= %s
                         THEN now() + make_interval(secs => %s) ELSE h.opened_until END
 """
@@ -117,13 +116,16 @@ def record_success(conn: Connection, candidate: Candidate, *, track_use: bool) -
 def success_statement(candidate: Candidate, *, track_use: bool) -> Statement | None:
     """The write record_success makes, or None when nothing changes (no failures, no use tracking)."""
     if candidate.health.failures or candidate.health.opened_until is not None or track_use:
-        return _SUCCESS, [candidate.key.id]
+        return _SUCCESS, [candidate.key.id, datetime.now(UTC)]
     return None
 
 
 def touch_statement(key: HostKey) -> Statement:
-    """The write of a use that changes no breaker state (least-recently-used selection's last-use time)."""
-    return _SUCCESS, [key.id]
+    """The write of a use that changes no breaker state (least-recently-used selection's last-use time).
+
+    A use's time is when its statement is made (the call's end), never when a group commit writes it: a commit a
+    few calls late would make an earlier use look the latest, and least-recently-used pick out of order."""
+    return _SUCCESS, [key.id, datetime.now(UTC)]
 
 
 def record_failure(conn: Connection, policy: Policy, key: HostKey) -> None:
@@ -134,7 +136,7 @@ def record_failure(conn: Connection, policy: Policy, key: HostKey) -> None:
 def failure_statement(policy: Policy, key: HostKey) -> Statement:
     """The write record_failure makes."""
     threshold, cooldown = policy.breaker_failures, policy.breaker_cooldown_s
-    return _FAILURE, [key.id, threshold, cooldown, threshold, cooldown]
+    return _FAILURE, [key.id, threshold, cooldown, datetime.now(UTC), threshold, cooldown]
 
 
 def load_health(conn: Connection, ids: list[UUID]) -> dict[UUID, KeyHealth]:
