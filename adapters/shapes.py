@@ -11,7 +11,6 @@ from adapters.errors import CrossShapeDispatch, CrossShapeUnsupported, UnknownSh
 from adapters.registry import ADAPTERS, batch_shapes, get_adapter
 
 OPENAI_HOST = "openai"  # the host whose name triggers the Responses-on-openai edge case
-_EMBEDDINGS_BINDINGS = ("openai", "openai_responses")  # OpenAI-family hosts serve /v1/embeddings
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,10 @@ def _plan_live(request_shape: str, binding: ShapeAdapter, host_name: str) -> Dis
     if request_shape == CANONICAL:
         return Dispatch(binding.shape, binding.upstream_path, translate=True)
     if request_shape == EMBEDDINGS:
-        if binding.shape in _EMBEDDINGS_BINDINGS:
+        if binding.provider == EMBEDDINGS_ADAPTER.provider:  # a provider's hosts serve its embeddings endpoint
             return Dispatch(EMBEDDINGS_ADAPTER.shape, EMBEDDINGS_ADAPTER.upstream_path)
-        raise CrossShapeUnsupported(
-            f"cross-shape request: embeddings need an openai or openai_responses binding, not {binding.shape}")
+        raise CrossShapeUnsupported(f"cross-shape request: embeddings need a binding of an"
+                                    f" {EMBEDDINGS_ADAPTER.provider} shape, not {binding.shape}")
     if request_shape == openai_responses.ADAPTER.shape and binding.shape == "openai" and host_name == OPENAI_HOST:
         return Dispatch(openai_responses.ADAPTER.shape, openai_responses.ADAPTER.upstream_path)
     raise CrossShapeUnsupported(
