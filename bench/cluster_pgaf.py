@@ -121,11 +121,14 @@ class Formation:
                                             stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
 
-    def kill(self, name: str) -> None:
-        """SIGKILL NAME's whole process group at once, as when its machine dies."""
+    def kill(self, name: str) -> float:
+        """SIGKILL NAME's whole process group at once, as when its machine dies; when it was sent (a commit
+        answered after that came from elsewhere)."""
         proc = self.procs.pop(name)
         os.killpg(proc.pid, signal.SIGKILL)
+        killed = time.time()
         proc.wait(timeout=60)
+        return killed
 
     def close(self) -> None:
         """Stop every process group this formation started (SIGTERM, then SIGKILL past 30 s)."""
@@ -218,28 +221,35 @@ class Writer(threading.Thread):
 
 
 class Sampler(threading.Thread):
-    """Every 0.25 s, which data nodes are out of recovery (would take writes): (time, ports)."""
+    """Every 0.25 s, which data nodes take writes by libpq's read-write test (out of recovery and not read-only),
+    and which are out of recovery at all (a standby promoted read-only is, before the monitor lets it take
+    writes): (time, writable ports, out-of-recovery ports)."""
 
     def __init__(self, urls: dict[int, str]) -> None:
         super().__init__(daemon=True)
         self.urls = urls
-        self.samples: list[tuple[float, list[int]]] = []
+        self.samples: list[tuple[float, list[int], list[int]]] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.is_set():
             began = time.time()
-            self.samples.append((began, [port for port, url in self.urls.items() if _out_of_recovery(url)]))
+            roles = {port: _role(url) for port, url in self.urls.items()}
+            self.samples.append((began, [p for p, r in roles.items() if r == "writable"],
+                                 [p for p, r in roles.items() if r in ("writable", "read-only")]))
             self.stopping.wait(max(0.0, began + SAMPLE_EVERY_S - time.time()))
 
 
-def _out_of_recovery(url: str) -> bool:
+def _role(url: str) -> str:
+    """`writable`, `read-only` (out of recovery), `standby`, or `down`."""
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=1) as conn:
-            row = conn.execute("SELECT NOT pg_is_in_recovery()").fetchone()
-            return bool(row and row[0])
+            row = conn.execute("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')").fetchone()
     except psycopg.Error:
-        return False
+        return "down"
+    if row is None or row[0]:
+        return "standby"
+    return "read-only" if row[1] == "on" else "writable"
 
 
 def one_run(work: Path, settings: dict[str, str], results: Results, log: Any = print) -> None:
@@ -249,7 +259,7 @@ def one_run(work: Path, settings: dict[str, str], results: Results, log: Any = p
     formation = Formation.claim(Path(tempfile.mkdtemp(prefix="pgaf-", dir=work)))
     try:
         formation.build(keeper, monitor)
-        old = until(formation.primary, what="a primary")
+        old = str(until(formation.primary, what="a primary"))
         new = "b" if old == "a" else "a"
         with psycopg.connect(formation.url(old), autocommit=True) as conn:
             conn.execute("CREATE TABLE pgaf_writes (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
@@ -258,8 +268,7 @@ def one_run(work: Path, settings: dict[str, str], results: Results, log: Any = p
         writer.start()
         until(lambda: len(writer.commits), lambda n: n >= 100, what="100 commits before the kill")
         sampler.start()
-        killed = time.time()
-        formation.kill(old)
+        killed = formation.kill(old)
         log(f"[bench.cluster_pgaf] killed {old}'s machine (keeper and Postgres); waiting for writes on {new}")
         until(lambda: [t for t, p in writer.commits if p == formation.ports[new]], what="writes on the promoted node")
         time.sleep(2.0)
@@ -295,7 +304,9 @@ def record(formation: Formation, results: Results, writer: Writer, sampler: Samp
                 stall, "s", target=STALL_TARGET)
     moments = {"marked unhealthy": formation.event_time(m.killed, m.old, "marked as unhealthy"),
                "failover began (draining)": formation.event_time(m.killed, m.old, "^draining$"),
-               "promoted (wait_primary reported)": formation.event_time(
+               "standby promoted read-only (stop_replication reported)": formation.event_time(
+                   m.killed, m.new, 'reported by .*"stop_replication"'),
+               "writes allowed (wait_primary reported)": formation.event_time(
                    m.killed, m.new, 'reported by .*"wait_primary"')}
     for name, at in moments.items():
         if at is not None:
@@ -305,8 +316,10 @@ def record(formation: Formation, results: Results, writer: Writer, sampler: Samp
                 longest_gap(after, m.restarted) if after else float("inf"), "s")
     results.add("dead primary machine", "commits on the old primary after the kill",
                 sum(1 for t, p in writer.commits if p == old_port and t > m.killed), "commits", target=("<=", 0))
+    results.add("dead primary machine", "most data nodes taking writes at once (read-write test)",
+                max(len(writable) for _, writable, _ in sampler.samples), "nodes", target=("<=", 1))
     results.add("dead primary machine", "most data nodes out of recovery at once",
-                max(len(ports) for _, ports in sampler.samples), "nodes", target=("<=", 1))
+                max(len(promoted) for _, _, promoted in sampler.samples), "nodes")
     results.add("dead primary machine", "samples of both data nodes, 0.25 s apart", len(sampler.samples),
                 "samples")
     results.add("dead primary machine", "old primary's state after its restart",
