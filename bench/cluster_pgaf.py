@@ -193,7 +193,8 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 class Writer(threading.Thread):
-    """Commits one row every 20 ms through URL, reconnecting after any failure; records (time, node port)."""
+    """Commits one row every 20 ms through URL, reconnecting after any failure; records each commit's (time on the
+    server's clock, this machine's, so that a reply read late is not counted after the kill; node port)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
@@ -209,8 +210,10 @@ class Writer(threading.Thread):
                 if conn is None:
                     conn = psycopg.connect(self.url, autocommit=True)
                     port = int(conn.info.port)
-                conn.execute("INSERT INTO pgaf_writes (at) VALUES (clock_timestamp())")
-                self.commits.append((time.time(), port))
+                row = conn.execute("INSERT INTO pgaf_writes (at) VALUES (clock_timestamp())"
+                                   " RETURNING extract(epoch FROM at)::float8").fetchone()
+                if row is not None:
+                    self.commits.append((float(row[0]), port))
             except psycopg.Error:
                 if conn is not None:
                     conn.close()
