@@ -317,8 +317,10 @@ def record(formation: Formation, results: Results, writer: Writer, sampler: Samp
     after = [t for t, _ in writer.commits if t >= first_new]
     results.add("dead primary machine", "longest stall while the old primary restarts and rejoins",
                 longest_gap(after, m.restarted) if after else float("inf"), "s")
-    results.add("dead primary machine", "commits on the old primary after the kill",
-                sum(1 for t, p in writer.commits if p == old_port and t > m.killed), "commits", target=("<=", 0))
+    results.add("dead primary machine", "last commit on the old primary, after the kill was sent (< 0: before)",
+                (max(t for t, p in writer.commits if p == old_port) - m.killed) * 1000, "ms")
+    results.add("dead primary machine", "commits on the old primary once the new one took writes",
+                sum(1 for t, p in writer.commits if p == old_port and t >= first_new), "commits", target=("<=", 0))
     results.add("dead primary machine", "most data nodes taking writes at once (read-write test)",
                 max(len(writable) for _, writable, _ in sampler.samples), "nodes", target=("<=", 1))
     results.add("dead primary machine", "most data nodes out of recovery at once",
