@@ -166,6 +166,12 @@ class Formation:
             self.monitor_query(f"ALTER SYSTEM SET {key} = '{int(value)}'")
         self.monitor_query("SELECT pg_reload_conf()")
 
+    def synchronous(self, primary: str) -> bool:
+        """Whether PRIMARY's standby replicates synchronously (a commit waits for it)."""
+        with psycopg.connect(self.url(primary), autocommit=True) as conn:
+            rows = conn.execute("SELECT sync_state FROM pg_stat_replication").fetchall()
+        return any(state in ("sync", "quorum") for state, in rows)
+
     def states(self) -> dict[str, str]:
         """Each data node's state as last reported to the monitor."""
         return dict(self.monitor_query("SELECT nodename, reportedstate::text FROM pgautofailover.node"))
@@ -270,6 +276,8 @@ def one_run(work: Path, settings: dict[str, str], results: Results, log: Any = p
                                                                   formation.ports.items() if n != "monitor"})
         writer.start()
         until(lambda: len(writer.commits), lambda n: n >= 100, what="100 commits before the kill")
+        results.add("dead primary machine", "secondary synchronous before the kill (its pg_stat_replication row)",
+                    float(formation.synchronous(old)), "1 = sync or quorum", target=(">=", 1))
         sampler.start()
         killed = formation.kill(old)
         log(f"[bench.cluster_pgaf] killed {old}'s machine (keeper and Postgres); waiting for writes on {new}")
