@@ -2,6 +2,8 @@
 keeper (`pg_autoctl`) and its Postgres die together, on the shortest safe timeouts.
 
     .venv/bin/python -m bench.cluster_pgaf --runs 3
+    .venv/bin/python -m bench.cluster_pgaf --runs 1 --set pgautofailover.primary_demote_timeout=10000
+    .venv/bin/python -m bench.cluster_pgaf --runs 1 --set defaults        # pg_auto_failover's own timeouts
 
 Each run builds, in a temp dir and on loopback ports claimed from devtools/cluster/ports.py, a pg_auto_failover
 monitor and two data nodes (a primary and a synchronous secondary: Debian's postgresql-15-auto-failover, every
@@ -9,8 +11,8 @@ process run as `postgres`). A writer commits one row every 20 ms through a multi
 `target_session_attrs=read-write` and records each commit's time and node; the primary's process group (keeper,
 postmaster, backends) is SIGKILLed, as when its machine dies; the stall is the last commit before the kill to the
 first on the promoted node, with no human step. The killed node is then started again and must come back as a
-secondary: both data nodes are sampled every 0.25 s from the kill to the end, and at most one may be out of
-recovery. The monitor's events split the stall into detection, the demote wait and the promotion.
+secondary: both data nodes are sampled every 0.25 s from the kill to the end, and at most one may pass libpq's
+read-write test. The monitor's events split the stall into detection, the promotion and the demote wait.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ SAMPLE_EVERY_S = 0.25
 # loopback are refused at once), and is unhealthy once it also has not reported for 2 s (its keeper reports every
 # second). The promotion then waits primary_demote_timeout, which must outlast the keepers' own
 # network_partition_timeout: a primary cut off from the monitor and its standby stops its Postgres after that
-# long, so the standby is promoted only once a live but cut-off primary has stepped down (the same ordering as
-# the defaults, 30 s over 20 s).
+# long, so the promoted standby (read-only meanwhile) takes writes only once a live but cut-off primary has
+# stepped down (the same ordering as the defaults, 30 s over 20 s).
 MONITOR_SETTINGS = {
     "pgautofailover.health_check_period": "1000",
     "pgautofailover.health_check_timeout": "1000",
