@@ -41,22 +41,31 @@ class IncompleteFile(OSError):
     """A request file without its trailer (cut short, or not a request file at all)."""
 
 
-def write_request_file(fd: int, bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) -> int:
-    """Write BODIES, their index and the trailer to FD; the number of items. Bodies go out in gathered writes
+def write_request_file(fd: int, bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) -> None:
+    """Write BODIES, their index and the trailer to FD (request_file_parts). Bodies go out in gathered writes
     straight from their buffers (no copy of the batch in memory), a slice of BODIES each when it is a sequence.
     ABANDONED is asked before each write: Abandoned is raised once it answers True."""
+    for buffers, size in request_file_parts(bodies, abandoned):
+        writev_all(fd, buffers, size)
+
+
+def request_file_parts(bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) \
+        -> Iterator[tuple[Sequence[Body], int]]:
+    """The request file of BODIES in order, as (buffers, their size in bytes): the bodies a gathered
+    write at a time, then the index and the trailer. ABANDONED is asked before each: Abandoned once it answers
+    True."""
     offsets = array("Q", [0])
     for chunk in _gathered(bodies):
         if abandoned is not None and abandoned():
             raise Abandoned("the request file was abandoned")
         start = offsets[-1]
         offsets.extend(islice(accumulate(map(len, chunk), initial=start), 1, None))
-        writev_all(fd, chunk, offsets[-1] - start)
+        yield chunk, offsets[-1] - start
+    count = len(offsets) - 1
     if sys.byteorder == "big":
         offsets.byteswap()
-    write_all(fd, offsets.tobytes())
-    write_all(fd, _TRAILER.pack(len(offsets) - 1, MAGIC))
-    return len(offsets) - 1
+    index, trailer = offsets.tobytes(), _TRAILER.pack(count, MAGIC)
+    yield [index, trailer], len(index) + len(trailer)
 
 
 class Abandoned(OSError):

@@ -1,8 +1,9 @@
 """The payload port on an S3-compatible bucket (RELAY_PAYLOAD_BACKEND=s3): replicas share nothing but Postgres,
 RabbitMQ and the bucket. The layout (under RELAY_S3_PREFIX; docs/batches.md#payload-store tells it too):
 
-- `<batch_id>/requests.bin`: the batch's request file, in the folder store's format (app/payload_files.py), written
-  to a local staging file first and uploaded whole (multipart when large), so it is visible whole or not at all.
+- `<batch_id>/requests.bin`: the batch's request file, in the folder store's format (app/payload_files.py), streamed
+  into a multipart upload as it is produced (app/payload_s3_stream.py; one PUT when small), so it is visible whole
+  or not at all.
 - `<batch_id>/responses-<process>-<n>.seg`: S3 has no append, so the responses a worker process keeps for a batch
   between two group commits are one immutable object, uploaded by `sync()` (with If-None-Match, never over
   another) before their final states commit. A reference is (object, offset, length), read back by byte range.
@@ -34,7 +35,7 @@ from app.payload_files import (
     WritePath,
     parse_offsets,
     parse_trailer,
-    write_request_file,
+    request_file_parts,
 )
 from app.payload_port import (
     SEGMENT_NAME,
@@ -51,6 +52,7 @@ from app.payload_port import (
 from app.payload_s3_blocks import RequestBlocks
 from app.payload_s3_client import failures, passing, reason, s3_client, status
 from app.payload_s3_packs import PACK_PREFIX, Packer, PackMap, Unpacked, read_index
+from app.payload_s3_stream import ObjectStream
 from app.payload_s3_uploads import S3Uploads
 
 if TYPE_CHECKING:
@@ -105,17 +107,22 @@ class S3Store:
 
     def write_requests(self, batch_id: UUID, bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) \
             -> None:
-        """Write the request file to a local staging file, then upload it whole (nothing is visible before the
-        upload completes; a failed multipart upload is aborted)."""
+        """Stream the request file into the bucket as BODIES are consumed (app/payload_s3_stream.py: parts go up
+        while the next are produced; one PUT when small). Nothing is visible before the upload completes: a
+        failure, or ABANDONED answering True, aborts it."""
+        stream = ObjectStream(self, self.key(batch_id, REQUESTS))
         try:
-            with self.staged_file() as handle:
-                write_request_file(handle.fileno(), bodies, abandoned)
-                if abandoned is not None and abandoned():
-                    raise PayloadStoreUnavailable(message="cannot write the batch's request file: abandoned")
-                handle.seek(0)
-                self.client.upload_fileobj(handle, self.bucket, self.key(batch_id, REQUESTS))
-        except self.failures as exc:
-            raise PayloadStoreUnavailable(message=f"cannot write the batch's request file: {reason(exc)}") from exc
+            for buffers, _ in request_file_parts(bodies, abandoned):
+                stream.write(buffers)
+            if abandoned is not None and abandoned():
+                raise PayloadStoreUnavailable(message="cannot write the batch's request file: abandoned")
+            stream.complete()
+        except BaseException as exc:
+            stream.abort()
+            if isinstance(exc, self.failures):
+                raise PayloadStoreUnavailable(message=f"cannot write the batch's request file: {reason(exc)}") \
+                    from exc
+            raise
 
     def read_request(self, batch_id: UUID, idx: int) -> bytes:
         offsets = self._index(batch_id)

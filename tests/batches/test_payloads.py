@@ -46,13 +46,13 @@ def test_a_batch_of_requests_is_one_file_and_each_item_reads_back_exactly(store:
 
 def test_a_list_of_bodies_is_written_in_slices_with_the_same_layout(store: FolderStore, monkeypatch) -> None:
     gather = payload_files._GATHER
-    bodies = _bodies(2 * gather + 452)  # three gathered writes: a slice of the list each
+    bodies = _bodies(2 * gather + 452)  # three gathered writes, a slice of the list each, then the index and trailer
     writes: list[int] = []
     real = os.writev
     monkeypatch.setattr(os, "writev", lambda fd, buffers: writes.append(len(buffers)) or real(fd, buffers))
     listed, iterated = uuid4(), uuid4()
     store.write_requests(listed, bodies)
-    assert writes == [gather, gather, 452]
+    assert writes == [gather, gather, 452, 2]
     store.write_requests(iterated, iter(bodies))
     assert [store.read_request(listed, idx) for idx in range(len(bodies))] == bodies
     assert (store.batch_dir(listed) / "requests.bin").read_bytes() == \

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,30 @@ def _keys(store: S3Store) -> list[str]:
     return sorted(e["Key"][len(store.prefix):] for page in pages for e in page.get("Contents", ()))
 
 
+def _open_uploads(store: S3Store) -> list[dict[str, Any]]:
+    """The multipart uploads begun under the store's prefix and neither completed nor aborted."""
+    listed = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix=store.prefix)
+    return list(listed.get("Uploads", ()))
+
+
+def _staged_files(store: S3Store) -> list[Path]:
+    return list(Path(store.staging).iterdir()) if Path(store.staging).exists() else []
+
+
+def _big_bodies(count: int) -> list[bytes]:
+    """COUNT bodies of about 9 kB, each with its own index (8 MiB parts: about 930 bodies a part)."""
+    return [b'{"n":%d,"pad":"' % i + bytes([97 + i % 26]) * 9000 + b'"}' for i in range(count)]
+
+
+def _wait_for(what: Any, timeout: float = 60.0) -> Any:
+    """WHAT() once it is truthy, polled (the bound is one only a hang crosses)."""
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.05)
+    return found
+
+
 @pytest.fixture()
 def store(seaweedfs: SeaweedFS, tmp_path: Path) -> Iterator[S3Store]:
     found = _store(seaweedfs, tmp_path / "staging")
@@ -61,7 +86,7 @@ def test_a_batch_of_requests_is_one_object_and_each_item_reads_back_by_range(sto
             store.read_request(batch, idx)
     with pytest.raises(PayloadMissing):
         store.read_request(uuid4(), 0)
-    assert not any(Path(store.staging).iterdir())  # the local staging file is gone
+    assert not _staged_files(store)  # nothing is staged on the local disk
 
 
 def test_items_read_by_many_threads_share_one_ranged_get_per_block_of_the_request_file(
@@ -88,13 +113,33 @@ def test_items_read_by_many_threads_share_one_ranged_get_per_block_of_the_reques
     assert len(gets) == blocks + 1  # each block once, and the offsets' index (its trailer is read apart)
 
 
-def test_a_large_request_file_goes_up_in_a_multipart_upload_and_reads_back(store: S3Store) -> None:
-    batch = uuid4()
-    bodies = [b'{"pad":"' + bytes([97 + i % 26]) * 9000 + b'"}' for i in range(1200)]  # ~10.8 MB: 2 parts
-    store.write_requests(batch, bodies)
+def test_a_large_request_file_streams_into_a_multipart_upload_while_its_bodies_are_produced(store: S3Store) -> None:
+    batch, bodies = uuid4(), _big_bodies(2400)  # ~21.6 MB: 3 parts
+    seen_parts: list[int] = []
+
+    def produced() -> Iterator[bytes]:
+        for idx, body in enumerate(bodies):
+            if idx == 1200:  # more than a part made: it is going up while the rest is still to come
+                upload = _wait_for(lambda: _open_uploads(store))[0]
+                parts = _wait_for(lambda: store.client.list_parts(Bucket=store.bucket, Key=upload["Key"],
+                                                                  UploadId=upload["UploadId"]).get("Parts"))
+                seen_parts.append(len(parts))
+                assert _keys(store) == []  # nothing visible before the upload completes
+            yield body
+
+    store.write_requests(batch, produced())
+    assert seen_parts and seen_parts[0] >= 1
     head = store.client.head_object(Bucket=store.bucket, Key=store.key(batch, "requests.bin"))
-    assert head["ETag"].strip('"').endswith("-2")  # a multipart upload's ETag names its parts
-    assert [store.read_request(batch, idx) for idx in (0, 599, 1199)] == [bodies[0], bodies[599], bodies[1199]]
+    assert head["ETag"].strip('"').endswith("-3")  # a multipart upload's ETag names its parts
+    assert [store.read_request(batch, idx) for idx in range(len(bodies))] == bodies  # each at its offset
+    assert _open_uploads(store) == [] and not _staged_files(store)
+
+
+def test_a_small_request_file_is_one_put(store: S3Store) -> None:
+    batch = uuid4()
+    store.write_requests(batch, _bodies(500))
+    head = store.client.head_object(Bucket=store.bucket, Key=store.key(batch, "requests.bin"))
+    assert "-" not in head["ETag"] and _open_uploads(store) == []
 
 
 def test_an_abandoned_or_failing_write_leaves_nothing(store: S3Store) -> None:
@@ -107,7 +152,49 @@ def test_an_abandoned_or_failing_write_leaves_nothing(store: S3Store) -> None:
         store.write_requests(batch, failing())
     with pytest.raises(PayloadStoreUnavailable, match="abandoned"):
         store.write_requests(batch, _bodies(3000), lambda: True)
-    assert _keys(store) == [] and not any(Path(store.staging).iterdir())
+    assert _keys(store) == [] and not _staged_files(store)
+
+
+@pytest.mark.parametrize("how", ["validation fails", "the bodies fail", "abandoned at the end"])
+def test_a_write_given_up_after_parts_went_up_leaves_no_object_and_no_open_upload(store: S3Store, how: str) -> None:
+    """What create_batch does when an item fails validation midway (it stops the writer: ABANDONED answers True),
+    or when reading the bodies fails, once some parts are in the bucket: the multipart upload is aborted."""
+    stop = threading.Event()
+    bodies = _big_bodies(3000)
+
+    def produced() -> Iterator[bytes]:
+        for idx, body in enumerate(bodies):
+            if idx == 2000:  # two parts made: at least one uploaded before the write is given up
+                _wait_for(lambda: _open_uploads(store))
+                if how == "the bodies fail":
+                    raise OSError(5, "Input/output error")
+                if how == "validation fails":
+                    stop.set()
+            yield body
+        if how == "abandoned at the end":
+            stop.set()
+
+    with pytest.raises(PayloadStoreUnavailable, match=r"abandoned|Input/output error"):
+        store.write_requests(uuid4(), produced(), stop.is_set)
+    assert _keys(store) == [] and _open_uploads(store) == []
+
+
+def test_a_multipart_upload_refused_midway_is_unavailable_and_leaves_nothing(store: S3Store) -> None:
+    """The store refuses a part (the upload was aborted behind the writer's back: 404 NoSuchUpload): the write
+    fails at once, with no object left."""
+    bodies = _big_bodies(4000)
+
+    def produced() -> Iterator[bytes]:
+        for idx, body in enumerate(bodies):
+            if idx == 2000:  # a part made (bodies are taken 1,024 at a time): the upload is begun
+                upload = _wait_for(lambda: _open_uploads(store))[0]
+                store.client.abort_multipart_upload(Bucket=store.bucket, Key=upload["Key"],
+                                                    UploadId=upload["UploadId"])
+            yield body
+
+    with pytest.raises(PayloadStoreUnavailable, match="cannot write the batch's request file"):
+        store.write_requests(uuid4(), produced())
+    assert _keys(store) == [] and _open_uploads(store) == []
 
 
 def test_a_store_that_is_down_or_refuses_is_unavailable_and_nothing_is_kept(own_server: SeaweedFS,
@@ -213,7 +300,7 @@ def test_an_upload_is_published_whole_read_back_and_removed(store: S3Store) -> N
     store.uploads.remove(file_id)
     with pytest.raises(FileBytesMissing):
         store.uploads.open(file_id)
-    assert not any(Path(store.staging).iterdir())
+    assert not _staged_files(store)
 
 
 def test_an_endpoint_that_closes_connections_unanswered_is_a_failure_worth_retrying(tmp_path: Path) -> None:

@@ -88,6 +88,29 @@ def test_a_submit_while_the_object_store_is_down_or_refusing_is_507_and_nothing_
     assert _batch_rows(stack, record["id"]) == 1
 
 
+def test_a_large_body_that_fails_validation_midway_leaves_no_object_and_no_open_upload(
+        on_s3: Stack, seaweedfs: SeaweedFS) -> None:
+    """A body of several upload parts whose item 1,000 of 3,000 is bad: the request file was streaming into a
+    multipart upload while the items were checked; the 400 leaves neither an object nor an open upload."""
+    stack = on_s3
+    record = stack.new_key_record("disk")
+    api = stack.start_api()
+    client = seaweedfs.client()
+    keys_before = _keys(seaweedfs)
+    padded = [{**body, "messages": [{"role": "user", "content": f"s3-bad-{idx} " + "p" * 5000}]}
+              for idx, body in enumerate(item_requests("s3-bad", 3000))]  # ~15 MB: two parts
+    padded[1000]["messages"] = "not a list"
+    res = _submit(api.url, record["key"], padded)
+    assert res.status_code == 400, res.text
+    assert res.json()["error"]["code"] == "invalid_batch" and "requests[1000]" in res.text
+    assert _keys(seaweedfs) == keys_before and _batch_rows(stack, record["id"]) == 0
+    assert client.list_multipart_uploads(Bucket=seaweedfs.bucket).get("Uploads", []) == []
+
+    res = _submit(api.url, record["key"], padded[:1000] + padded[1001:])  # the same, valid: stored whole
+    assert res.status_code == 202, res.text
+    assert _keys(seaweedfs, res.json()["id"]) == [f"{res.json()['id']}/requests.bin"]
+
+
 def test_the_object_store_stopped_mid_drain_loses_nothing_and_runs_nothing_twice(
         on_s3: Stack, seaweedfs: SeaweedFS) -> None:
     stack = on_s3
