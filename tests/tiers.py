@@ -9,7 +9,8 @@ Tiers (pytest markers, registered in pyproject.toml):
 
 Parallel groups (pytest-xdist, `--dist loadgroup`): every file is one group, so a module's fixtures (workers, an
 API, an upstream) start once; the cluster's folder is one group, so one run starts one local cluster, and so is the
-console's (one browser, one screenshots folder).
+console's (one browser, one screenshots folder). A test using one of SPREAD_FIXTURES is a group of its own, so the
+bench's scenarios spread over the processes (each builds that session fixture once for those it runs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ PROCESS_FIXTURES = {"relay_api", "workers", "stack", "private_stack", "replicas"
 # Folders whose tests share one expensive session fixture, or a fixed folder: one xdist group each (the cluster;
 # the console's browser, its stack and its screenshots folder, test-artifacts/console).
 SHARED_GROUPS = {"cluster", "console"}
+# Session fixtures every process may build once for itself: the tests using one spread (a group each).
+SPREAD_FIXTURES = {"bench_env"}
 
 
 def _folder(item: pytest.Item) -> str:
@@ -52,10 +55,13 @@ def tiers(item: pytest.Item) -> list[str]:
 
 
 def group(item: pytest.Item) -> str:
-    """The xdist group of ITEM: its folder for SHARED_GROUPS, else its file."""
+    """The xdist group of ITEM: its folder for SHARED_GROUPS, itself if it uses one of SPREAD_FIXTURES, else its
+    file."""
     folder = _folder(item)
     if folder in SHARED_GROUPS:
         return folder
+    if SPREAD_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return item.nodeid.replace("[", "(").replace("]", ")")  # no "]": xdist reads a group after the last one
     return str(item.path.resolve().relative_to(ROOT.parent)) if item.path.is_relative_to(ROOT.parent) else item.nodeid
 
 
