@@ -152,6 +152,13 @@ pg_kill() {  # SIGKILL Patroni and Postgres of pg-X at once, as the death of its
   pg_crash "$1"
   log "pg-$1: patroni killed (pid $pid)"
 }
+pg_halt() {  # SIGKILL Patroni of pg-X, then stop its Postgres at once (immediate: it still frees its shared memory)
+  local pid; pid=$(cat "$(pg_dir "$1")/patroni.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+  [ -n "$(pg_postmaster "$1")" ] || return 0
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$(pg_dir "$1")/data" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+  log "pg-$1 halted"
+}
 pg_stop() {  # a graceful stop: Patroni stops Postgres (a leader hands its lock over first)
   local pid; pid=$(cat "$(pg_dir "$1")/patroni.pid" 2>/dev/null || true)
   patroni_alive "$1" || return 0

@@ -3,7 +3,8 @@
 # Postgres primary and its synchronous standby under Patroni (on three etcd members), two `relay api` and two
 # `relay worker` replicas on one payload directory, and the fake upstream. Nothing of it touches the services of scripts/services.sh.
 #
-# Usage: scripts/cluster.sh up [--services-only] | down | status | env [K]   (K: the replica's first RabbitMQ node)
+# Usage: scripts/cluster.sh up [--services-only] | down [--kill] | status | env [K]   (K: the replica's first RabbitMQ
+#        node; down --kill: every process killed at once, for a cluster about to be removed)
 #        scripts/cluster.sh kill NAME | start NAME | stop NAME    NAME: rabbit1..3, etcd1..3, pg-a, pg-b, api1,
 #                                                                       api2, worker-a, worker-b, upstream
 #        scripts/cluster.sh crash pg-X       SIGKILL Postgres of pg-X alone (its Patroni lives and fails over)
@@ -234,10 +235,17 @@ INFO
 INFO
 }
 
-down() {
+down() {  # down [--kill]
   [ -f "$C/cluster.env" ] || { log "no cluster in $C"; return 0; }
   load_state
-  local name n; for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
+  local name n x
+  if [ "${1:-}" = --kill ]; then  # nothing to keep: no graceful stop to wait for (25 s on a loaded machine)
+    for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name" KILL; done
+    for n in 1 2 3; do mq_kill "$n"; etcd_stop "$n" KILL; done
+    for x in a b; do pg_halt "$x"; done
+    return 0
+  fi
+  for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
   for n in 1 2 3; do mq_stop "$n" & done; wait
   pg_down
 }
@@ -271,7 +279,7 @@ node_cmd() {  # node_cmd kill|start|stop NAME
 
 case "${1:-}" in
   up) up "${2:-}" ;;
-  down) down ;;
+  down) down "${2:-}" ;;
   status) status ;;
   env) load_state; relay_env "${2:-1}"; echo "export RELAY_URL=http://127.0.0.1:$API1_PORT RELAY_KEY=$(cat "$C/demo-key" 2>/dev/null)"
        echo "export PATH=\"$ROOT/.venv/bin:\$PATH\"" ;;
