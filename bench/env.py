@@ -20,7 +20,7 @@ import requests
 from bench import sysstat
 from bench.sizes import Sizes
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
-from devtools.processes import RelayProcess, free_port, start_api, start_relay
+from devtools.processes import RelayProcess, start_api, start_relay
 from devtools.services import ServiceUrls, ensure_services, fresh_services
 from schemas.batches import FINAL_STATES
 
@@ -98,7 +98,8 @@ class BenchEnv:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "RELAY_DATABASE_URL": services.database_url,
                "RELAY_BROKER_URL": services.broker_url, "RELAY_ADMIN_TOKEN": "bench-admin-" + secrets.token_hex(12),
                "RELAY_SECRET_KEY": "bench-secret-" + secrets.token_hex(12),
-               "RELAY_BATCH_PAYLOAD_DIR": str(work / "payloads"), "RELAY_WORKER_METRICS_PORT": str(free_port()),
+               "RELAY_BATCH_PAYLOAD_DIR": str(work / "payloads"), "RELAY_WORKER_METRICS_PORT": "0",
+               # ^ no workers' metrics server: a port chosen here could be taken by the time a worker binds it
                "PROMETHEUS_MULTIPROC_DIR": str(work / "metrics")}
         env.pop("RELAY_WORKER_ID", None)
         conn = psycopg.connect(services.database_url, autocommit=True)

@@ -3,7 +3,8 @@
 # Postgres primary and its synchronous standby under Patroni (on three etcd members), two `relay api` and two
 # `relay worker` replicas on one payload directory, and the fake upstream. Nothing of it touches the services of scripts/services.sh.
 #
-# Usage: scripts/cluster.sh up [--services-only] | down | status | env [K]   (K: the replica's first RabbitMQ node)
+# Usage: scripts/cluster.sh up [--services-only] | down [--kill] | status | env [K]   (K: the replica's first RabbitMQ
+#        node; down --kill: every process killed at once, for a cluster about to be removed)
 #        scripts/cluster.sh kill NAME | start NAME | stop NAME    NAME: rabbit1..3, etcd1..3, pg-a, pg-b, api1,
 #                                                                       api2, worker-a, worker-b, upstream
 #        scripts/cluster.sh crash pg-X       SIGKILL Postgres of pg-X alone (its Patroni lives and fails over)
@@ -67,7 +68,7 @@ mq_env() {  # the environment of node N (server and CLI): the Debian wrappers wo
 }
 ctl() { local n=$1; shift; (mq_env "$n"; "$MQ_BIN/rabbitmqctl" -n "$(mq_node "$n")" "$@"); }
 mq_running() { ctl "$1" -q status >/dev/null 2>&1; }
-mq_alive() { local pid; pid=$(cat "$C/rabbit$1/rabbit.pid" 2>/dev/null || true); [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
+mq_alive() { live "$(cat "$C/rabbit$1/rabbit.pid" 2>/dev/null || true)"; }  # live: scripts/cluster-postgres.sh
 
 mq_configure() {
   local n=$1 d="$C/rabbit$1"
@@ -83,12 +84,14 @@ management.tcp.port = $(var "MQ${n}_UI")
 loopback_users = none
 cluster_partition_handling = pause_minority
 CONF
-  (mq_env "$n"; "$MQ_BIN/rabbitmq-plugins" enable --offline rabbitmq_management >/dev/null)
+  # What `rabbitmq-plugins enable --offline rabbitmq_management` writes, without its Erlang VM (about 12 s a node
+  # on a loaded machine, one node after the other)
+  printf '[rabbitmq_management].\n' > "$d/enabled_plugins"
 }
 
 mq_start() {  # start node N in the background (wait with mq_wait)
   local n=$1
-  mq_running "$n" && return 0
+  mq_alive "$n" && return 0  # its process lives (up, booting or paused): not `mq_running`, an Erlang VM of its own
   mq_configure "$n"
   log "starting rabbit$n ($(mq_node "$n"), amqp 127.0.0.1:$(var "MQ${n}_PORT"))"
   (mq_env "$n"; setsid "$MQ_BIN/rabbitmq-server" > "$C/rabbit$n/stdout.log" 2>&1 < /dev/null &)
@@ -232,10 +235,17 @@ INFO
 INFO
 }
 
-down() {
+down() {  # down [--kill]
   [ -f "$C/cluster.env" ] || { log "no cluster in $C"; return 0; }
   load_state
-  local name n; for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
+  local name n x
+  if [ "${1:-}" = --kill ]; then  # nothing to keep: no graceful stop to wait for (25 s on a loaded machine)
+    for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name" KILL; done
+    for n in 1 2 3; do mq_kill "$n"; etcd_stop "$n" KILL; done
+    for x in a b; do pg_halt "$x"; done
+    return 0
+  fi
+  for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
   for n in 1 2 3; do mq_stop "$n" & done; wait
   pg_down
 }
@@ -269,7 +279,7 @@ node_cmd() {  # node_cmd kill|start|stop NAME
 
 case "${1:-}" in
   up) up "${2:-}" ;;
-  down) down ;;
+  down) down "${2:-}" ;;
   status) status ;;
   env) load_state; relay_env "${2:-1}"; echo "export RELAY_URL=http://127.0.0.1:$API1_PORT RELAY_KEY=$(cat "$C/demo-key" 2>/dev/null)"
        echo "export PATH=\"$ROOT/.venv/bin:\$PATH\"" ;;

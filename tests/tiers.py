@@ -9,7 +9,8 @@ Tiers (pytest markers, registered in pyproject.toml):
 
 Parallel groups (pytest-xdist, `--dist loadgroup`): every file is one group, so a module's fixtures (workers, an
 API, an upstream) start once; the cluster's folder is one group, so one run starts one local cluster, and so is the
-console's (one browser, one screenshots folder).
+console's (one browser, one screenshots folder). A test using one of SPREAD_FIXTURES is a group of its own, so the
+bench's scenarios spread over the processes (each builds that session fixture once for those it runs).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 ROOT = Path(__file__).resolve().parent
 # Folders whose tests start Relay's processes by their fixtures or helpers.
@@ -31,6 +33,8 @@ PROCESS_FIXTURES = {"relay_api", "workers", "stack", "private_stack", "replicas"
 # Folders whose tests share one expensive session fixture, or a fixed folder: one xdist group each (the cluster;
 # the console's browser, its stack and its screenshots folder, test-artifacts/console).
 SHARED_GROUPS = {"cluster", "console"}
+# Session fixtures every process may build once for itself: the tests using one spread (a group each).
+SPREAD_FIXTURES = {"bench_env"}
 
 
 def _folder(item: pytest.Item) -> str:
@@ -52,10 +56,13 @@ def tiers(item: pytest.Item) -> list[str]:
 
 
 def group(item: pytest.Item) -> str:
-    """The xdist group of ITEM: its folder for SHARED_GROUPS, else its file."""
+    """The xdist group of ITEM: its folder for SHARED_GROUPS, itself if it uses one of SPREAD_FIXTURES, else its
+    file."""
     folder = _folder(item)
     if folder in SHARED_GROUPS:
         return folder
+    if SPREAD_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return item.nodeid.replace("[", "(").replace("]", ")")  # no "]": xdist reads a group after the last one
     return str(item.path.resolve().relative_to(ROOT.parent)) if item.path.is_relative_to(ROOT.parent) else item.nodeid
 
 
@@ -66,3 +73,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, name))
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
+        if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
+            schedule_by_group(item)
+
+
+def schedule_by_group(item: pytest.Item) -> None:
+    """Give ITEM the node id `<id>@<group>` that --dist loadgroup schedules by, as pytest-xdist means to: its 3.8
+    sets the `_nodeid` attribute pytest 9.2 no longer reads, so without this every test was scheduled on its own (a
+    file's module fixtures, and the cluster, started on several workers at once)."""
+    if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
+        return
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter

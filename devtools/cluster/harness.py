@@ -49,8 +49,9 @@ class Cluster:
                 name, _, value = word.partition("=")
                 self.state[name] = value
 
-    def down(self) -> None:
-        self.sh("down")
+    def down(self, kill: bool = False) -> None:
+        """Stop every process of the cluster gracefully, or (KILL) kill them at once, for a cluster to remove."""
+        self.sh("down", *(["--kill"] if kill else []))
 
     def relay_settings(self, first_node: int = 1) -> dict[str, str]:
         """The Relay settings (lower-case names) cluster.sh gives a replica whose broker list starts at FIRST_NODE."""

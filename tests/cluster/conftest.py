@@ -51,7 +51,7 @@ def cluster() -> Iterator[Cluster]:
 
 def _remove(found: Cluster) -> None:
     try:
-        found.down()
+        found.down(kill=True)  # its folder goes next: nothing to stop gracefully
     finally:
         shutil.rmtree(found.directory, ignore_errors=True)
 
