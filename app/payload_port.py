@@ -143,6 +143,29 @@ def spans(ranges: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, list[t
         yield start, end, span
 
 
+# A span of a segment placed in the object that holds it (a pack): its (start, end) there, the segment, the
+# segment's base there, and the span's (offset in the segment, length, position) ranges.
+Placed = tuple[int, int, str, int, list[tuple[int, int, int]]]
+
+
+def joined_spans(parts: list[Placed]) -> Iterator[tuple[int, int, list[tuple[str, int, list[tuple[int, int, int]]]]]]:
+    """PARTS of one object joined into reads as spans joins ranges: (start, end, and the (segment, base, ranges) of
+    each part the read serves)."""
+    parts.sort()
+    start = end = 0
+    placed: list[tuple[str, int, list[tuple[int, int, int]]]] = []
+    for part_start, part_end, segment, base, span in parts:
+        if placed and (part_start - end > SPAN_GAP or part_end - start > SPAN_MAX):
+            yield start, end, placed
+            placed = []
+        if not placed:
+            start = end = part_start
+        placed.append((segment, base, span))
+        end = max(end, part_end)
+    if placed:
+        yield start, end, placed
+
+
 def by_segment(items: Sequence[Wanted]) -> tuple[dict[str, list[tuple[int, int, int]]], list[tuple[int, int]]]:
     """ITEMS grouped per segment as sorted (offset, length, position) ranges, and the (position, idx) of those
     without a segment."""
@@ -159,10 +182,10 @@ def by_segment(items: Sequence[Wanted]) -> tuple[dict[str, list[tuple[int, int, 
 
 
 def slice_span(data: bytes, start: int, span: list[tuple[int, int, int]], found: Found) -> None:
-    """Put each (offset, length, position) of SPAN, read as DATA from START, into FOUND."""
-    view = memoryview(data)
+    """Put each (offset, length, position) of SPAN, read as DATA from START, into FOUND: as bytes, which the
+    garbage collector never tracks (a memoryview per item made it scan a results page over and over)."""
     for offset, length, pos in span:
-        found[pos] = view[offset - start:offset - start + length]
+        found[pos] = data[offset - start:offset - start + length]
 
 
 def process_token() -> str:

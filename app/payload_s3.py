@@ -42,9 +42,11 @@ from app.payload_port import (
     Found,
     PayloadMissing,
     PayloadStoreUnavailable,
+    Placed,
     ResponseRef,
     Wanted,
     by_segment,
+    joined_spans,
     process_token,
     slice_span,
     spans,
@@ -256,21 +258,22 @@ class S3Store:
 
     def _read_into(self, batch_id: UUID, grouped: dict[str, list[tuple[int, int, int]]], packs: PackMap,
                    found: Found) -> set[str]:
-        """Read GROUPED (small object → its ranges) into FOUND, through PACKS; the small objects not read."""
-        per_object: dict[str, list[tuple[int, int, int]]] = {}
-        segment_at: dict[int, str] = {}
+        """Read GROUPED (small object → its ranges) into FOUND, through PACKS; the small objects not read. Each
+        small object's spans are placed at its base in its pack, and neighbouring ones read as one."""
+        per_object: dict[str, list[Placed]] = {}
         for segment, ranges in grouped.items():
             name, base = packs.where.get(segment, (segment, 0))
-            per_object.setdefault(name, []).extend((base + offset, length, pos) for offset, length, pos in ranges)
-            segment_at.update((pos, segment) for _, _, pos in ranges)
-        reads = [(self.key(batch_id, name), start, end, span) for name, ranges in per_object.items()
-                 for start, end, span in spans(sorted(ranges))]
+            per_object.setdefault(name, []).extend((base + start, base + end, segment, base, span)
+                                                   for start, end, span in spans(ranges))
+        reads = [(self.key(batch_id, name), start, end, placed) for name, parts in per_object.items()
+                 for start, end, placed in joined_spans(parts)]
         failed: set[str] = set()
-        for (_, start, _, span), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
-            if data is None:
-                failed.update(segment_at[pos] for _, _, pos in span)
-            else:
-                slice_span(data, start, span, found)
+        for (_, start, _, placed), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
+            for segment, base, span in placed:
+                if data is None:
+                    failed.add(segment)
+                else:
+                    slice_span(data, start - base, span, found)  # a range's offset is in its small object
         return failed
 
     def _pack_map(self, batch_id: UUID, *, fresh: bool = False) -> PackMap:

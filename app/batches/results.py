@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
@@ -16,7 +17,8 @@ from app.payload_backends import payload_store
 from app.runtime import Runtime
 from schemas.batches import ITEM_STATES
 
-RESULTS_CHUNK = 2000
+RESULTS_CHUNK = 2000  # items of a stream's first page (and of each page of merged results)
+RESULTS_PAGE_MAX = 16000  # items of a page at most: pages double from RESULTS_CHUNK up to this
 
 
 class ResultsCut(BatchNotFound):
@@ -93,15 +95,13 @@ def _jsonl_cut_line(cut: ResultsCut) -> bytes:
 
 
 def _stream_results(runtime: Runtime, batch_id: UUID, total: int, *, jsonl: bool) -> Iterator[bytes]:
-    """`{"results": [...]}` or JSON Lines, chunk by chunk; completed items splice their stored response raw.
-    ResultsCut when the items run out before TOTAL, or a chunk's responses are gone with the batch."""
-    sep = b"\n" if jsonl else b","
+    """`{"results": [...]}` or JSON Lines, a page at a time; completed items splice their stored response raw.
+    ResultsCut when the items run out before TOTAL, or a page's responses are gone with the batch."""
     yield b"" if jsonl else b'{"results":['
-    sent = 0
+    first = True
     for rows, responses in _result_pages(runtime, batch_id, total, store.result_rows):
-        chunk = sep.join(_result_entries(rows, responses))
-        yield chunk + b"\n" if jsonl else (chunk if not sent else b"," + chunk)
-        sent += len(rows)
+        yield _page_chunk(rows, responses, jsonl=jsonl, first=first)
+        first = False
     if not jsonl:
         yield b"]}"
 
@@ -112,18 +112,37 @@ _Rows = TypeVar("_Rows", bound=Sequence[tuple[Any, ...]])
 def _result_pages(runtime: Runtime, batch_id: UUID, total: int, fetch: Callable[..., _Rows],
                   ) -> Iterator[tuple[_Rows, list[bytes | memoryview | None]]]:
     """Pages of FETCH's rows (idx, segment, offset, length, state, ...) in idx order, each with the stored responses
-    of its completed items (in their order). ResultsCut when the rows run out before TOTAL, or a page's responses
-    are gone with the batch."""
+    of its completed items (in their order). The next page is read (rows and responses) while this one is sent,
+    and pages grow from RESULTS_CHUNK items to RESULTS_PAGE_MAX. ResultsCut when the rows run out before TOTAL, a
+    page's responses are gone with the batch, or the batch is gone when a page read ahead is to be sent (a delete
+    cuts the stream at the next page, as it would without the read-ahead)."""
     payloads = payload_store(runtime)
-    after, sent = -1, 0
-    while sent < total:
+
+    def read_page(after: int, limit: int) -> tuple[_Rows, list[bytes | memoryview | None]]:
         with runtime.pool.connection() as conn:
-            rows = fetch(conn, batch_id, after=after, limit=RESULTS_CHUNK)
+            rows = fetch(conn, batch_id, after=after, limit=limit)
         responses = payloads.read_responses(batch_id, [row[:4] for row in rows if row[4] == "completed"])
-        if not rows or (not all(responses) and not _batch_exists(runtime, batch_id)):
-            raise ResultsCut(sent, total)
-        yield rows, responses
-        sent, after = sent + len(rows), rows[-1][0]
+        if rows and (all(responses) or _batch_exists(runtime, batch_id)):
+            return rows, responses
+        raise ResultsCut()
+
+    sent, limit = 0, RESULTS_CHUNK
+    ahead = ThreadPoolExecutor(1, "relay-results")
+    try:
+        pending: Future[tuple[_Rows, list[bytes | memoryview | None]]] | None = \
+            ahead.submit(read_page, -1, limit) if total else None
+        while pending is not None:
+            try:
+                rows, responses = pending.result()
+            except ResultsCut:
+                raise ResultsCut(sent, total) from None
+            if sent and not _batch_exists(runtime, batch_id):
+                raise ResultsCut(sent, total)
+            sent, limit = sent + len(rows), min(2 * limit, RESULTS_PAGE_MAX)
+            pending = ahead.submit(read_page, rows[-1][0], limit) if sent < total else None
+            yield rows, responses
+    finally:
+        ahead.shutdown(wait=False, cancel_futures=True)  # a stream closed early leaves at most one page being read
 
 
 def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
@@ -134,13 +153,31 @@ def _batch_exists(runtime: Runtime, batch_id: UUID) -> bool:
 _STATE_PREFIX = {state: b'"state":"%s"' % state.encode() for state in ITEM_STATES}
 
 
-def _result_entries(rows: list[store.ResultRow], responses: list[bytes | memoryview | None]) -> list[bytes]:
-    """One JSON object per row: idx, state, the RESPONSES of its completed items (None: not visible here), the
-    error (and the custom_id of a provider batch's item)."""
+def _page_chunk(rows: list[store.ResultRow], responses: list[bytes | memoryview | None], *, jsonl: bool,
+                first: bool) -> bytes:
+    """One page's entries as one chunk of the stream (JSON Lines, or the members of the JSON array after FIRST's):
+    a completed item's entry is its precomputed head, its stored response and a closing brace, with no JSON
+    decoded or encoded; other items go through result_entry."""
+    lead, trail = (b"", b"\n") if jsonl else (b",", b"")
+    head, close = lead + _COMPLETED_HEAD, b"}" + trail
+    parts: list[bytes | memoryview] = []
+    add = parts.append
     found = iter(responses)
-    return [result_entry(idx, state, next(found) if state == "completed" else None, error,
-                         b"" if custom_id is None else b',"custom_id":' + json.dumps(custom_id).encode())
-            for idx, _segment, _offset, _length, state, error, custom_id in rows]  # custom_id: provider batches
+    for idx, _segment, _offset, _length, state, error, custom_id in rows:
+        body = next(found) if state == "completed" else None
+        if body and error is None and custom_id is None:
+            add(head % idx)
+            add(body)
+            add(close)
+        else:  # custom_id: provider batches
+            add(lead + result_entry(idx, state, body, error, b"" if custom_id is None else
+                                    b',"custom_id":' + json.dumps(custom_id).encode()) + trail)
+    if first and not jsonl and parts:
+        parts[0] = bytes(parts[0])[len(lead):]
+    return b"".join(parts)
+
+
+_COMPLETED_HEAD = b'{"idx":%d,"state":"completed","response":'
 
 
 def result_entry(idx: int, state: str, body: bytes | memoryview | None, error: str | None,

@@ -13,6 +13,7 @@ Status mapping (one batch, three views):
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -99,9 +100,10 @@ def openai_file(row: Row) -> dict[str, Any]:
 def openai_result_line(batch_id: UUID, item: ResultItem) -> bytes:
     """One line of an output or error file; a completed item's stored response is spliced in as its bytes."""
     if item.state == "completed":
+        hex_id, text_id = _request_id_parts(batch_id)
         return (b'{"id":"batch_req_%s_%d","custom_id":%s,"response":{"status_code":200,"request_id":"%s:%d","body":%s},'
-                b'"error":null}\n' % (batch_id.hex.encode(), item.idx, json.dumps(item.custom_id).encode(),
-                                       str(batch_id).encode(), item.idx, item.response or b"null"))
+                b'"error":null}\n' % (hex_id, item.idx, json.dumps(item.custom_id).encode(), text_id, item.idx,
+                                       item.response or b"null"))
     line: dict[str, Any] = {"id": f"batch_req_{batch_id.hex}_{item.idx}", "custom_id": item.custom_id,
                             "response": None, "error": None}
     if item.error_code in _STOPPED:
@@ -112,6 +114,12 @@ def openai_result_line(batch_id: UUID, item: ResultItem) -> bytes:
                             "body": openai_error_body(status, item.error_code or "internal_error",
                                                       item.error or "failed")}
     return _jsonl(line)
+
+
+@lru_cache(maxsize=64)
+def _request_id_parts(batch_id: UUID) -> tuple[bytes, bytes]:
+    """The batch's id as its output lines spell it (hex, and text), made once per batch rather than per line."""
+    return batch_id.hex.encode(), str(batch_id).encode()
 
 
 def anthropic_result_line(item: ResultItem) -> bytes:

@@ -198,3 +198,28 @@ def test_a_batch_whose_items_come_slowly_ends_as_one_pack_per_process_read_throu
 
 def _kinds(store: S3Store, batch: UUID) -> list[str]:
     return [key[:7] for key in _keys(store, batch)]
+
+
+def test_a_read_across_packed_and_small_objects_gets_each_object_in_one_range(
+        stores: tuple[S3Store, S3Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    worker, api = stores
+    batch = uuid4()
+    wanted = _group_commits(worker, batch, 6, 5)
+    worker.packer.pack_due(everything=True)
+    for group in range(6, 12):  # packed again (with the first pack), then three small objects left as they are
+        wanted += [(idx, *worker.append_response(batch, idx, b'{"idx":%d}' % idx)) for idx in range(5 * group,
+                                                                                                    5 * group + 5)]
+        worker.sync()
+        if group == 8:
+            worker.packer.pack_due(everything=True)
+    keys = _keys(worker, batch)
+    objects = [key for key in keys if key != "requests.bin"]
+    assert sum(key.startswith("packed-") for key in objects) >= 1 and sum(key.startswith("responses-") for key in
+                                                                         objects) == 3
+    ranges: list[tuple[str, int, int]] = []
+    real_get = api.get
+    monkeypatch.setattr(api, "get", lambda key, offset, length: ranges.append((key, offset, length)) or
+                        real_get(key, offset, length))
+
+    assert _read(api, batch, wanted[::-1]) == _expected(wanted[::-1])  # any order: each lands at its position
+    assert sorted(key.rsplit("/", 1)[1] for key, _, _ in ranges) == objects  # the pack's segments in one range
