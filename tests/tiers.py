@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _pytest.nodeid import NodeId
 
 ROOT = Path(__file__).resolve().parent
 # Folders whose tests start Relay's processes by their fixtures or helpers.
@@ -73,16 +72,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, name))
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
-        if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
-            schedule_by_group(item)
-
-
-def schedule_by_group(item: pytest.Item) -> None:
-    """Give ITEM the node id `<id>@<group>` that --dist loadgroup schedules by, as pytest-xdist means to: its 3.8
-    sets the `_nodeid` attribute pytest 9.2 no longer reads, so without this every test was scheduled on its own (a
-    file's module fixtures, and the cluster, started on several workers at once)."""
-    if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
-        return
-    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                    for mark in item.iter_markers("xdist_group")})
-    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter
