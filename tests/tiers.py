@@ -7,10 +7,11 @@ Tiers (pytest markers, registered in pyproject.toml):
 - `slow`: the process tests that take minutes (fault injection, the cluster, the console, fuzzing, benchmarks).
   The default local `scripts/test.sh` deselects it; `CI=true` runs everything.
 
-Parallel groups (pytest-xdist, `--dist loadgroup`): every file is one group, so a module's fixtures (workers, an
-API, an upstream) start once; the cluster's folder is one group, so one run starts one local cluster, and so is the
-console's (one browser, one screenshots folder). A test using one of SPREAD_FIXTURES is a group of its own, so the
-bench's scenarios spread over the processes (each builds that session fixture once for those it runs).
+Parallel groups (pytest-xdist, `--dist loadgroup`): every file is marked one group, the cluster's and the console's
+folders one each; under pytest 9.2 the scheduler does not read the marks, so each test is scheduled on its own (see
+docs/development.md, `scripts/test.sh`: scheduling by file replaces a folder's session catalog under it). A test
+using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios would spread over the processes (each
+builds that session fixture once for those it runs).
 """
 
 from __future__ import annotations
