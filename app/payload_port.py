@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NamedTuple, Protocol
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
 from app.errors import InsufficientStorage
@@ -125,9 +125,13 @@ class PayloadStore(Protocol):
         """Make what was kept durable (best effort) and let go of what the store holds open."""
 
 
-def spans(ranges: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
-    """RANGES (offset, length, position), sorted, grouped into spans worth one read each: (start, end, ranges)."""
-    span: list[tuple[int, int, int]] = []
+_Range = TypeVar("_Range", bound=tuple[Any, ...])
+
+
+def spans(ranges: Iterable[_Range]) -> Iterator[tuple[int, int, list[_Range]]]:
+    """RANGES (offset, length, ...: a position, or what the caller places), sorted, grouped into spans worth one read
+    each: (start, end, ranges)."""
+    span: list[_Range] = []
     start = end = 0
     for item in ranges:
         offset, length = item[0], item[1]
@@ -143,27 +147,9 @@ def spans(ranges: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, list[t
         yield start, end, span
 
 
-# A span of a segment placed in the object that holds it (a pack): its (start, end) there, the segment, the
-# segment's base there, and the span's (offset in the segment, length, position) ranges.
+# A span of a segment placed in the object that holds it (a pack), as spans() takes it: its start there, its
+# length, the segment, the segment's base there, and the span's (offset in the segment, length, position) ranges.
 Placed = tuple[int, int, str, int, list[tuple[int, int, int]]]
-
-
-def joined_spans(parts: list[Placed]) -> Iterator[tuple[int, int, list[tuple[str, int, list[tuple[int, int, int]]]]]]:
-    """PARTS of one object joined into reads as spans joins ranges: (start, end, and the (segment, base, ranges) of
-    each part the read serves)."""
-    parts.sort()
-    start = end = 0
-    placed: list[tuple[str, int, list[tuple[int, int, int]]]] = []
-    for part_start, part_end, segment, base, span in parts:
-        if placed and (part_start - end > SPAN_GAP or part_end - start > SPAN_MAX):
-            yield start, end, placed
-            placed = []
-        if not placed:
-            start = end = part_start
-        placed.append((segment, base, span))
-        end = max(end, part_end)
-    if placed:
-        yield start, end, placed
 
 
 def by_segment(items: Sequence[Wanted]) -> tuple[dict[str, list[tuple[int, int, int]]], list[tuple[int, int]]]:

@@ -46,7 +46,6 @@ from app.payload_port import (
     ResponseRef,
     Wanted,
     by_segment,
-    joined_spans,
     process_token,
     slice_span,
     spans,
@@ -263,13 +262,13 @@ class S3Store:
         per_object: dict[str, list[Placed]] = {}
         for segment, ranges in grouped.items():
             name, base = packs.where.get(segment, (segment, 0))
-            per_object.setdefault(name, []).extend((base + start, base + end, segment, base, span)
+            per_object.setdefault(name, []).extend((base + start, end - start, segment, base, span)
                                                    for start, end, span in spans(ranges))
         reads = [(self.key(batch_id, name), start, end, placed) for name, parts in per_object.items()
-                 for start, end, placed in joined_spans(parts)]
+                 for start, end, placed in spans(sorted(parts))]
         failed: set[str] = set()
         for (_, start, _, placed), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
-            for segment, base, span in placed:
+            for _, _, segment, base, span in placed:
                 if data is None:
                     failed.add(segment)
                 else:
