@@ -61,20 +61,28 @@ def start_relay(args: list[str], env: dict[str, str], log_path: Path) -> RelayPr
     return RelayProcess(proc=proc, log_path=log_path)
 
 
-def listening_port(pid: int) -> int | None:
-    """The TCP port process PID listens on (the OS chose it: the process bound port 0), or None yet. Read from
-    /proc: the process's socket inodes matched against its network namespace's listening sockets."""
+def tcp_sockets(pid: int) -> list[tuple[int, str]]:
+    """(local port, state: "0A" is LISTEN) of each TCP socket process PID holds; [] once it is gone. Read from
+    /proc: the process's socket inodes matched against its network namespace's tables."""
+    inodes = set()
     try:
-        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except FileNotFoundError:  # closed meanwhile
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+        tables = [Path(f"/proc/{pid}/net/{table}").read_text() for table in ("tcp", "tcp6")]
     except (FileNotFoundError, ProcessLookupError):
-        return None
-    inodes = {link[len("socket:["):-1] for link in fds if link.startswith("socket:[")}
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                return int(fields[1].rsplit(":", 1)[1], 16)
-    return None
+        return []
+    return [(int(fields[1].rsplit(":", 1)[1], 16), fields[3]) for table in tables
+            for fields in map(str.split, table.splitlines()[1:]) if fields[9] in inodes]
+
+
+def listening_port(pid: int) -> int | None:
+    """The TCP port process PID listens on (the OS chose it: the process bound port 0), or None yet."""
+    return next((port for port, state in tcp_sockets(pid) if state == "0A"), None)
 
 
 def start_api(env: dict[str, str], log_dir: Path, *, workers: int = 1, connections: int = 1000,

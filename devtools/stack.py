@@ -17,7 +17,7 @@ from flask import Flask
 from app.runtime import Runtime
 from app.settings import Settings
 from devtools.fake_upstream.harness import FakeUpstream
-from devtools.processes import RelayProcess, start_api, start_workers
+from devtools.processes import RelayProcess, start_api, start_workers, tcp_sockets
 from devtools.services import fresh_services
 
 # Worker settings for fault tests: liveness noticed within seconds, items stopped after 10 s.
@@ -217,7 +217,7 @@ class Stack:
     def end_sessions(self, pid: int) -> int:
         """End every Postgres session of process PID (as a host that is gone loses them all: its heartbeat's, and
         a pooled one stopped mid-transaction holding its items' rows); how many."""
-        ports = client_ports(pid)
+        ports = {port for port, _ in tcp_sockets(pid)}
         with self.runtime.pool.connection() as conn:
             rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_port = ANY(%s)"
                                 " AND client_addr IN ('127.0.0.1', '::1')", (sorted(ports),)).fetchall()
@@ -323,21 +323,3 @@ def settings_env(settings: Settings) -> dict[str, str]:
 def with_settings(stack: Stack, **changes: Any) -> Settings:
     return replace(stack.settings, **changes)
 
-
-def client_ports(pid: int) -> set[int]:
-    """The local ports of process PID's TCP sockets (its open descriptors, found in its network namespace's tables)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports

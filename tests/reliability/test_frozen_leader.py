@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from app.batches.dispatch import DISPATCH_LOCK
+from devtools.processes import tcp_sockets
 from devtools.stack import Stack, upstream_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
@@ -22,29 +22,9 @@ THREADS = 8
 FROZEN_S = 15.0
 
 
-def socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    return inodes
-
-
 def owner_of_port(port: int, pids: list[int]) -> int | None:
     """Which of PIDS has the TCP socket whose local port is PORT."""
-    wanted = None
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].rsplit(":", 1)[1], 16) == port:
-            wanted = fields[9]
-            break
-    if wanted is None:
-        return None
-    return next((pid for pid in pids if wanted in socket_inodes(pid)), None)
+    return next((pid for pid in pids if any(local == port for local, _ in tcp_sockets(pid))), None)
 
 
 def leader_port(conn: psycopg.Connection) -> int | None:
