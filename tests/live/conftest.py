@@ -15,7 +15,7 @@ from devtools.waiting import until
 from tests.pipeline.conftest import pipeline_catalog
 
 DEADLINES = {"RELAY_API_HEADER_TIMEOUT_S": "1", "RELAY_API_IO_TIMEOUT_S": "1"}
-LEASED = 200  # the `leased` policy's requests per 3 s window
+LEASED = 200  # the `leased` policy's requests per 3 s window (`leased-12s`: the same per 12 s)
 BIG_KEY = "sk-big"  # the fake upstream streams one 8 MB delta on this key: more than the sockets' buffers hold
 
 
@@ -28,6 +28,8 @@ def live_catalog(upstream_url: str) -> dict[str, Any]:
         {"name": "limited-20", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": 20, "per": "1h"}]},
         {"name": "big", "models": ["*"], "key_pool": ["big"]},
         {"name": "leased", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": LEASED, "per": "3s"}]},
+        {"name": "leased-12s", "models": ["*"], "key_pool": ["oa-1"],
+         "rate_limits": [{"requests": LEASED, "per": "12s"}]},
         {"name": "wide", "models": ["*"], "key_pool": ["oa-1"],
          "rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "60s"}]},
     ]
