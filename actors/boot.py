@@ -19,7 +19,7 @@ from app.batches.dispatch import Dispatcher
 from app.batches.monitor import WATCHDOG_S, Heartbeat, Listener, Periodic, watchdog
 from app.batches.runner import WorkerContext
 from app.observability.metrics import start_worker_metrics_server
-from app.runtime import Runtime
+from app.runtime import Runtime, freeze_boot_heap
 from app.settings import Settings
 from app.wiring import plug_into_engine
 
@@ -67,6 +67,9 @@ class BatchWorkerBoot(Middleware):
         _state["threads"] = threads
         start_worker_metrics_server(ctx.runtime)
         log.info("batch worker %s ready (%d threads)", ctx.worker_id, worker.worker_threads)
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        freeze_boot_heap()  # every middleware has built its part by now
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         """Stop publishing and starting items; running items finish, still cancellable, owned and time-limited."""

@@ -40,6 +40,7 @@ from werkzeug.exceptions import ClientDisconnected
 from app.api.bodies import MalformedBody
 from app.api.connections import ConnectionSlots, TooManyConnections
 from app.errors import InternalError, RelayError
+from app.runtime import freeze_boot_heap
 
 log = logging.getLogger("relay.api.server")
 GRACEFUL_TIMEOUT_S = 30  # a SIGTERM lets running requests finish for this long
@@ -210,7 +211,9 @@ class _RelayGunicorn(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         # Runs in each worker after fork, so the pool and broker connections are per process.
-        return self.create_app()
+        app = self.create_app()
+        freeze_boot_heap()
+        return app
 
 
 def _close_runtime(_server: Any, worker: Any) -> None:
