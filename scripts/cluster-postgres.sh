@@ -9,7 +9,6 @@
 # Needs: load_state (cluster.env), log, die, var, $C, $ROOT, $PG_BIN, $DB.
 
 PG_NODES=(a b c)
-PGAF_PACKAGE="postgresql-$(basename "$(dirname "${PG_BIN:-/15/bin}")")-auto-failover"
 # The monitor's timeouts (ms): a dead node is found by one refused health check a second and is unhealthy once it
 # has not reported for 2 s (its keeper reports every second); the promoted secondary takes writes once
 # primary_demote_timeout has run, which must outlast the keepers' network_partition_timeout (a primary cut off from
@@ -19,10 +18,11 @@ PGAF_MONITOR_SETTINGS=(health_check_period=1000 health_check_timeout=1000 health
 PGAF_NETWORK_PARTITION_S=3
 
 ha_install() {  # Debian's pg_auto_failover for the installed PostgreSQL (pg_autoctl and the monitor's extension)
+  local package; package="postgresql-$(basename "$(dirname "$PG_BIN")")-auto-failover"
   command -v pg_autoctl >/dev/null && [ -f "$(dirname "$PG_BIN")/lib/pgautofailover.so" ] && return 0
-  log "installing $PGAF_PACKAGE (apt-get)"
+  log "installing $package (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null && apt-get install -y -qq "$PGAF_PACKAGE" >/dev/null
+  apt-get update -qq >/dev/null && apt-get install -y -qq "$package" >/dev/null
 }
 
 live() {  # live PID: the process runs (a killed one nobody has reaped yet is a zombie, not alive)
