@@ -49,11 +49,11 @@ node_args() {  # what `pg_autoctl create` needs of node NAME: loopback only, tru
     --auth trust --no-ssl --pgctl "$PG_BIN/pg_ctl"
 }
 
-pg_settings() {  # appended to a data node's postgresql.conf at its creation (after pg_autoctl's own include)
+pg_settings() {  # appended to a data node's postgresql.conf at its creation, after pg_autoctl's own include (a
+  # secondary copies the primary's, block included)
   cat <<CONF
 # relay: scripts/cluster-postgres.sh
 max_connections = 300
-cluster_name = 'pg-$1'
 wal_sender_timeout = 5s          # a secondary that stops answering is dropped in 5 s, not 60
 wal_receiver_timeout = 5s
 # A client cut off inside a transaction would hold its row locks until TCP gives up (hours by default).
@@ -76,7 +76,7 @@ pg_create() {  # pg_create NAME: initialise node NAME once (the monitor, or a da
   autoctl create postgres "${args[@]}" --name "pg-$name" --dbname "$DB" --monitor "$(monitor_url)" \
     >> "$C/pg/$name.log" 2>&1 || die "pg-$name's create failed (see $C/pg/$name.log)"
   autoctl config set --pgdata "$(pg_dir "$name")" timeout.network_partition_timeout "$PGAF_NETWORK_PARTITION_S" >/dev/null
-  grep -q '^# relay:' "$(pg_dir "$name")/postgresql.conf" || pg_settings "$name" >> "$(pg_dir "$name")/postgresql.conf"
+  grep -q '^# relay:' "$(pg_dir "$name")/postgresql.conf" || pg_settings >> "$(pg_dir "$name")/postgresql.conf"
 }
 
 pg_start() {  # pg_start NAME: `pg_autoctl run` for NAME in a session of its own; it starts Postgres as the monitor says

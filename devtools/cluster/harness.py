@@ -96,8 +96,11 @@ class Cluster:
         its keeper does not run (its node was killed or stopped)."""
         if not alive(self._pid(node)):
             return "down"
-        rows = self.monitor_query("SELECT reportedstate::text FROM pgautofailover.node WHERE nodename = %s",
-                                  (f"pg-{node}",))
+        try:
+            rows = self.monitor_query("SELECT reportedstate::text FROM pgautofailover.node WHERE nodename = %s",
+                                      (f"pg-{node}",))
+        except psycopg.Error:  # the monitor is down
+            return "unknown"
         return str(rows[0][0]) if rows else "unknown"
 
     def primary(self, timeout: float = 60, other_than: str = "") -> str:
