@@ -14,7 +14,7 @@ if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.requirements.sha
-want=$(cat requirements.txt requirements-dev.txt requirements-cluster.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[bootstrap] installing Python dependencies into .venv" >&2
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt

@@ -1,214 +1,177 @@
-# Sourced by scripts/cluster.sh: Postgres under Patroni (two members, pg-a and pg-b) on an etcd cluster of three
-# members (etcd1..3), everything on 127.0.0.1. Patroni promotes the synchronous standby when the primary dies, drops
-# synchronous replication while the standby is gone (synchronous_mode, not strict) and starts a returning former
-# primary as a standby (pg_rewind), so no human step and never two primaries.
+# Sourced by scripts/cluster.sh: Postgres under pg_auto_failover, a monitor and three data nodes (pg-a, pg-b, pg-c),
+# everything on 127.0.0.1 and run as the postgres user. A commit waits for either secondary
+# (synchronous_standby_names 'ANY 1 (...)' with the formation's number_sync_standbys at 0), so one secondary's
+# loss stalls no write, and with both gone the monitor makes the primary wait_primary (synchronous replication off:
+# degrade, never freeze; number_sync_standbys 1 would block every commit until one returns). The monitor promotes the
+# most advanced secondary when the primary dies and makes a returning former primary a secondary (rewound), so no
+# human step and never two primaries. Each `pg_autoctl run` (the keeper and its Postgres) is a process group of its
+# own, whose leader's pid is kept in $C/pg/NAME.pid.
 # Needs: load_state (cluster.env), log, die, var, $C, $ROOT, $PG_BIN, $DB.
 
-PATRONI_VENV="${RELAY_PATRONI_VENV:-$ROOT/.venv-patroni}"
-PATRONI="$PATRONI_VENV/bin/patroni"
-ETCD=/usr/bin/etcd
+PG_NODES=(a b c)
+# The monitor's timeouts (ms): a dead node is found by one refused health check a second and is unhealthy once it
+# has not reported for 2 s (its keeper reports every second); the promoted secondary takes writes once
+# primary_demote_timeout has run, which must outlast the keepers' network_partition_timeout (a primary cut off from
+# the monitor and its secondaries stops its own Postgres after that long). Measured in docs/cluster.md.
+PGAF_MONITOR_SETTINGS=(health_check_period=1000 health_check_timeout=1000 health_check_max_retries=1
+  health_check_retry_delay=500 node_considered_unhealthy_timeout=2000 primary_demote_timeout=5000)
+PGAF_NETWORK_PARTITION_S=3
 
-ha_install() {  # Debian's etcd-server, and Patroni (requirements-cluster.txt) in a venv of the system's python3:
-  # Patroni runs as the postgres user and starts Postgres through its own interpreter, which that user must reach
-  if [ ! -x "$ETCD" ]; then
-    log "installing etcd-server (apt-get)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq etcd-server >/dev/null
-  fi
-  [ -x "$PATRONI" ] && return 0
-  log "installing Patroni into $PATRONI_VENV"
-  /usr/bin/python3 -m venv "$PATRONI_VENV"
-  "$PATRONI_VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements-cluster.txt"
+ha_install() {  # Debian's pg_auto_failover for the installed PostgreSQL (pg_autoctl and the monitor's extension)
+  local package; package="postgresql-$(basename "$(dirname "$PG_BIN")")-auto-failover"
+  command -v pg_autoctl >/dev/null && [ -f "$(dirname "$PG_BIN")/lib/pgautofailover.so" ] && return 0
+  log "installing $package (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq "$package" >/dev/null
 }
 
 live() {  # live PID: the process runs (a killed one nobody has reaped yet is a zombie, not alive)
   [ -n "$1" ] && kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
-# -- etcd: three members, the store Patroni keeps its leader lock in --------------------------------------------
-etcd_alive() { live "$(cat "$C/etcd$1/etcd.pid" 2>/dev/null || true)"; }
-etcd_peers() { printf 'etcd1=http://127.0.0.1:%s,etcd2=http://127.0.0.1:%s,etcd3=http://127.0.0.1:%s' \
-  "$ETCD1_PEER" "$ETCD2_PEER" "$ETCD3_PEER"; }
-etcd_hosts() { printf '127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s' "$ETCD1_CLIENT" "$ETCD2_CLIENT" "$ETCD3_CLIENT"; }
-etcd_start() {
-  local n=$1 d="$C/etcd$1" state=new
-  etcd_alive "$n" && return 0
-  mkdir -p "$d"; [ -d "$d/data/member" ] && state=existing
-  log "starting etcd$n (client 127.0.0.1:$(var "ETCD${n}_CLIENT"))"
-  ( setsid "$ETCD" --name "etcd$n" --data-dir "$d/data" \
-      --listen-client-urls "http://127.0.0.1:$(var "ETCD${n}_CLIENT")" \
-      --advertise-client-urls "http://127.0.0.1:$(var "ETCD${n}_CLIENT")" \
-      --listen-peer-urls "http://127.0.0.1:$(var "ETCD${n}_PEER")" \
-      --initial-advertise-peer-urls "http://127.0.0.1:$(var "ETCD${n}_PEER")" \
-      --initial-cluster "$(etcd_peers)" --initial-cluster-token "relay-$CLUSTER_ID" \
-      --initial-cluster-state "$state" --heartbeat-interval 200 --election-timeout 2000 \
-      > "$d/etcd.log" 2>&1 < /dev/null &
-    echo $! > "$d/etcd.pid" )
+pg_dir() { printf '%s/pg/%s' "$C" "$1"; }  # a node's PGDATA: monitor, a, b or c
+pg_port() { var "PG$(printf '%s' "$1" | tr '[:lower:]' '[:upper:]')_PORT"; }
+pg_pid() { cat "$C/pg/$1.pid" 2>/dev/null || true; }
+pg_alive() { live "$(pg_pid "$1")"; }
+as_postgres() {  # as_postgres CMD...: as the postgres user, with pg_autoctl's files under $C/pg/xdg
+  local x="$C/pg/xdg"
+  (cd "$C/pg" && setpriv --reuid=postgres --regid=postgres --init-groups -- env XDG_CONFIG_HOME="$x/config" \
+    XDG_DATA_HOME="$x/share" XDG_RUNTIME_DIR="$x/run" "$@")
 }
-etcd_stop() { local sig=${2:-TERM} pid; pid=$(cat "$C/etcd$1/etcd.pid" 2>/dev/null || true)
-  [ -n "$pid" ] || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do live "$pid" || break; sleep 0.2; done
-  log "etcd$1 stopped ($sig)"; }
-etcd_wait() {
-  local n
-  for _ in $(seq 1 300); do
-    for n in 1 2 3; do
-      curl -fsS "http://127.0.0.1:$(var "ETCD${n}_CLIENT")/health" 2>/dev/null | grep -q '"health":"true"' && return 0
-    done
-    sleep 0.2
-  done
-  die "etcd has no healthy member after 60 s (see $C/etcd*/etcd.log)"
+autoctl() { as_postgres pg_autoctl "$@"; }
+monitor_url() { printf 'postgres://autoctl_node@127.0.0.1:%s/pg_auto_failover?sslmode=disable' "$PGMONITOR_PORT"; }
+label() { if [ "$1" = monitor ]; then echo pg-monitor; else echo "pg-$1"; fi; }
+psql_on() { "$PG_BIN/psql" -h 127.0.0.1 -p "$(pg_port "$1")" -U postgres -d "${PSQL_DB:-postgres}" -tAX "${@:2}"; }
+monitor_sql() { PSQL_DB=pg_auto_failover psql_on monitor -c "$1"; }
+
+node_args() {  # what `pg_autoctl create` needs of node NAME: loopback only, trust, no TLS, Debian's pg_ctl
+  printf '%s\n' --pgdata "$(pg_dir "$1")" --pgport "$(pg_port "$1")" --hostname 127.0.0.1 --listen 127.0.0.1 \
+    --auth trust --no-ssl --pgctl "$PG_BIN/pg_ctl"
 }
 
-# -- Patroni: one per Postgres member ---------------------------------------------------------------------------
-pg_dir() { printf '%s/pg/%s' "$C" "$1"; }
-pg_port() { [ "$1" = a ] && echo "$PGA_PORT" || echo "$PGB_PORT"; }
-pg_api() { [ "$1" = a ] && echo "$PGA_API" || echo "$PGB_API"; }
-patroni_alive() { live "$(cat "$(pg_dir "$1")/patroni.pid" 2>/dev/null || true)"; }
-
-pg_config() {  # pg_config X: the Patroni configuration of member pg-X
-  local x=$1 d; d=$(pg_dir "$x")
-  cat > "$d/patroni.yml" <<YAML
-scope: relay-$CLUSTER_ID
-namespace: /relay/
-name: pg-$x
-restapi: {listen: "127.0.0.1:$(pg_api "$x")", connect_address: "127.0.0.1:$(pg_api "$x")"}
-etcd3: {hosts: "$(etcd_hosts)"}
-bootstrap:
-  dcs:
-    # The leader lock lives 20 s (Patroni's least) without its holder; every member acts each second.
-    ttl: 20
-    loop_wait: 1
-    retry_timeout: 5
-    primary_start_timeout: 0      # a crashed primary is failed over at once, not restarted in place
-    maximum_lag_on_failover: 1048576
-    synchronous_mode: true        # a commit waits for the standby while it streams ...
-    synchronous_mode_strict: false  # ... and not while it is gone: degrade, never freeze
-    postgresql:
-      use_pg_rewind: true         # a former primary rejoins as a standby, rewound
-      use_slots: true
-      parameters:
-        max_connections: 300
-        shared_buffers: 128MB
-        wal_level: replica
-        wal_log_hints: "on"
-        hot_standby: "on"
-        max_wal_senders: 5
-        max_replication_slots: 5
-        wal_keep_size: 512MB
-        synchronous_commit: "on"
-        wal_sender_timeout: 5s    # a standby that stops answering is dropped in 5 s, not 60
-        wal_receiver_timeout: 5s
-        # A client cut off inside a transaction would hold its row locks until TCP gives up (hours by default).
-        idle_in_transaction_session_timeout: 10s
-        tcp_keepalives_idle: 5
-        tcp_keepalives_interval: 2
-        tcp_keepalives_count: 3
-  initdb: [{encoding: UTF8}, {auth: trust}]
-postgresql:
-  listen: "127.0.0.1:$(pg_port "$x")"
-  connect_address: "127.0.0.1:$(pg_port "$x")"
-  data_dir: $d/data
-  bin_dir: $PG_BIN
-  pgpass: $d/pgpass
-  # A standby is copied with pg_basebackup: a fast checkpoint on the primary, not a spread one (which paces the
-  # writes of a fresh cluster's dirty buffers over minutes: about 100 s on a loaded 2-core machine).
-  basebackup: [{checkpoint: fast}]
-  parameters: {unix_socket_directories: "$d", cluster_name: "pg-$x", logging_collector: "on", log_directory: "$d/log"}
-  authentication:
-    superuser: {username: postgres}
-    replication: {username: replicator, password: replicator}
-    rewind: {username: postgres}
-  pg_hba:
-    - local all all trust
-    - host all all 127.0.0.1/32 trust
-    - host replication all 127.0.0.1/32 trust
-log: {dir: "$d", file_num: 2, file_size: 10000000}
-YAML
-  chown -R postgres:postgres "$d"
+pg_settings() {  # appended to a data node's postgresql.conf at its creation, after pg_autoctl's own include (a
+  # secondary copies the primary's, block included)
+  cat <<CONF
+# relay: scripts/cluster-postgres.sh
+max_connections = 300
+wal_sender_timeout = 5s          # a secondary that stops answering is dropped in 5 s, not 60
+wal_receiver_timeout = 5s
+# A client cut off inside a transaction would hold its row locks until TCP gives up (hours by default).
+idle_in_transaction_session_timeout = 10s
+tcp_keepalives_idle = 5
+tcp_keepalives_interval = 2
+tcp_keepalives_count = 3
+CONF
 }
 
-pg_start() {  # start Patroni for pg-X: it starts Postgres, as the primary or as a standby as the lock says
-  local x=$1 d; d=$(pg_dir "$x")
-  patroni_alive "$x" && return 0
-  mkdir -p "$d"; chmod 700 "$d"; pg_config "$x"
-  log "starting pg-$x under Patroni (postgres 127.0.0.1:$(pg_port "$x"), REST 127.0.0.1:$(pg_api "$x"))"
-  ( cd "$d"; setsid setpriv --reuid=postgres --regid=postgres --init-groups -- "$PATRONI" "$d/patroni.yml" \
-      > "$d/patroni.out" 2>&1 < /dev/null &
-    echo $! > "$d/patroni.pid" )
+pg_create() {  # pg_create NAME: initialise node NAME once (the monitor, or a data node registered with it)
+  local name=$1 args
+  [ -f "$(pg_dir "$name")/PG_VERSION" ] && return 0
+  mapfile -t args < <(node_args "$name")
+  if [ "$name" = monitor ]; then
+    autoctl create monitor "${args[@]}" >> "$C/pg/monitor.log" 2>&1 || die "the monitor's create failed (see $C/pg/monitor.log)"
+    return 0
+  fi
+  [ "$name" = a ] || psql_on "$(pg_primary)" -c CHECKPOINT >/dev/null  # a base backup waits for a checkpoint
+  autoctl create postgres "${args[@]}" --name "pg-$name" --dbname "$DB" --monitor "$(monitor_url)" \
+    >> "$C/pg/$name.log" 2>&1 || die "pg-$name's create failed (see $C/pg/$name.log)"
+  autoctl config set --pgdata "$(pg_dir "$name")" timeout.network_partition_timeout "$PGAF_NETWORK_PARTITION_S" >/dev/null
+  grep -q '^# relay:' "$(pg_dir "$name")/postgresql.conf" || pg_settings >> "$(pg_dir "$name")/postgresql.conf"
 }
-pg_postmaster() { head -1 "$(pg_dir "$1")/data/postmaster.pid" 2>/dev/null || true; }
-pg_crash() {  # SIGKILL Postgres (the postmaster and every backend) of pg-X; its Patroni lives and reacts
+
+pg_start() {  # pg_start NAME: `pg_autoctl run` for NAME in a session of its own; it starts Postgres as the monitor says
+  local name=$1
+  pg_alive "$name" && return 0
+  log "starting $(label "$name") under pg_autoctl (postgres 127.0.0.1:$(pg_port "$name"))"
+  ( cd "$C/pg"; setsid setpriv --reuid=postgres --regid=postgres --init-groups -- env \
+      XDG_CONFIG_HOME="$C/pg/xdg/config" XDG_DATA_HOME="$C/pg/xdg/share" XDG_RUNTIME_DIR="$C/pg/xdg/run" \
+      pg_autoctl run --pgdata "$(pg_dir "$name")" >> "$C/pg/$name.log" 2>&1 < /dev/null &
+    echo $! > "$C/pg/$name.pid" )
+}
+pg_postmaster() { head -1 "$(pg_dir "$1")/postmaster.pid" 2>/dev/null || true; }
+pg_crash() {  # SIGKILL Postgres (the postmaster and every backend) of NAME; its keeper lives and reacts
   local pid; pid=$(pg_postmaster "$1")
   [ -n "$pid" ] || return 0
   # shellcheck disable=SC2046
   kill -KILL "$pid" $(ps -o pid= --ppid "$pid") 2>/dev/null || true
   log "pg-$1: postgres killed (postmaster $pid and its children)"
 }
-pg_kill() {  # SIGKILL Patroni and Postgres of pg-X at once, as the death of its machine
-  local pid; pid=$(cat "$(pg_dir "$1")/patroni.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+pg_kill() {  # SIGKILL the keeper and Postgres of NAME at once (its process group, and the postmaster's children)
+  local pid; pid=$(pg_pid "$1")
+  [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
   pg_crash "$1"
-  log "pg-$1: patroni killed (pid $pid)"
+  log "pg-$1: node killed (process group $pid)"
 }
-pg_halt() {  # SIGKILL Patroni of pg-X, then stop its Postgres at once (immediate: it still frees its shared memory)
-  local pid; pid=$(cat "$(pg_dir "$1")/patroni.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+pg_halt() {  # SIGKILL the keeper of NAME, then stop its Postgres at once (immediate: it still frees its shared memory)
+  local pid; pid=$(pg_pid "$1")
+  [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
   [ -n "$(pg_postmaster "$1")" ] || return 0
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$(pg_dir "$1")/data" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
-  log "pg-$1 halted"
+  as_postgres "$PG_BIN/pg_ctl" -D "$(pg_dir "$1")" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+  log "$(label "$1") halted"
 }
-pg_stop() {  # a graceful stop: Patroni stops Postgres (a leader hands its lock over first)
-  local pid; pid=$(cat "$(pg_dir "$1")/patroni.pid" 2>/dev/null || true)
-  patroni_alive "$1" || return 0
+pg_stop() {  # a graceful stop: SIGTERM to the keeper, which stops Postgres (fast) and exits
+  local pid; pid=$(pg_pid "$1")
+  pg_alive "$1" || return 0
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 300); do live "$pid" || break; sleep 0.2; done
-  log "pg-$1 stopped"
+  log "$(label "$1") stopped"
 }
 
-pg_role() { curl -fsS --max-time 2 "http://127.0.0.1:$(pg_api "$1")/patroni" 2>/dev/null \
-  | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("role", "?"))' 2>/dev/null || echo down; }
-pg_primary() {  # the member Patroni's REST API calls the primary (its /primary answers 200); empty if none
-  local x
-  for x in a b; do curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$(pg_api "$x")/primary" 2>/dev/null && { echo "$x"; return 0; }; done
+pg_states() {  # "NAME reported-state assigned-state" per data node, as the monitor has them
+  monitor_sql "SELECT substr(nodename, 4), reportedstate, goalstate FROM pgautofailover.node ORDER BY nodeid" 2>/dev/null \
+    | tr '|' ' '
 }
-psql_on() { "$PG_BIN/psql" -h 127.0.0.1 -p "$(pg_port "$1")" -U postgres -d postgres -tAX "${@:2}"; }
-pg_wait_sync() {  # a primary with a synchronous standby streaming
+pg_role() {  # the state the monitor last heard from NAME (primary, secondary, ...), or down
+  local state; state=$(pg_states | awk -v n="$1" '$1 == n {print $2}')
+  if pg_alive "$1" && [ -n "$state" ]; then echo "$state"; else echo down; fi
+}
+pg_primary() {  # the data node out of recovery that takes writes (libpq's read-write test); empty if none
+  local x
+  for x in "${PG_NODES[@]}"; do
+    [ "$(psql_on "$x" -c "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'" 2>/dev/null)" = t ] \
+      && { echo "$x"; return 0; }
+  done
+}
+pg_settled() {  # pg_settled NAME: the node answers, in the state the monitor assigned it (single, primary, secondary)
+  psql_on "$1" -c 'SELECT 1' >/dev/null 2>&1 \
+    && [ -n "$(pg_states | awk -v n="$1" '$1 == n && $2 == $3 && ($2 == "single" || $2 == "primary" || $2 == "secondary")')" ]
+}
+pg_wait_sync() {  # a primary with both secondaries streaming, one of them enough for a commit
   local p
   for _ in $(seq 1 600); do
     p=$(pg_primary)
-    [ -n "$p" ] && [ "$(psql_on "$p" -c "SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')" 2>/dev/null)" = 1 ] \
-      && return 0
+    [ -n "$p" ] && [ "$(psql_on "$p" -c "SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')" 2>/dev/null)" = 2 ] \
+      && [ "$(pg_states | awk '$2 == $3 && ($2 == "primary" || $2 == "secondary")' | wc -l)" = 3 ] && return 0
     sleep 0.2
   done
-  die "no primary with a synchronous standby after 120 s (see $C/pg/*/patroni.out)"
+  die "no primary with two synchronous secondaries after 120 s (see $C/pg/*.log)"
 }
 
 pg_up() {
   ha_install
   local p="$C"; while [ "$p" != "/" ]; do chmod o+x "$p" 2>/dev/null || true; p=$(dirname "$p"); done
-  mkdir -p "$C/pg"
-  local n; for n in 1 2 3; do etcd_start "$n"; done
-  etcd_wait
-  pg_start a
-  for _ in $(seq 1 600); do [ -n "$(pg_primary)" ] && break; sleep 0.2; done  # the first member bootstraps
-  [ -n "$(pg_primary)" ] || die "no Postgres primary after 120 s (see $C/pg/a/patroni.out)"
-  pg_start b
-  psql_on "$(pg_primary)" -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 \
-    || psql_on "$(pg_primary)" -c "CREATE DATABASE $DB" >/dev/null
+  mkdir -p "$C/pg/xdg"; chown -R postgres:postgres "$C/pg"; chmod 700 "$C/pg/xdg"
+  pg_create monitor; pg_start monitor
+  for _ in $(seq 1 300); do monitor_sql "SELECT 1" >/dev/null 2>&1 && break; sleep 0.2; done
+  local s; for s in "${PGAF_MONITOR_SETTINGS[@]}"; do monitor_sql "ALTER SYSTEM SET pgautofailover.${s%%=*} = ${s#*=}" >/dev/null; done
+  monitor_sql "SELECT pg_reload_conf()" >/dev/null
+  local x
+  for x in "${PG_NODES[@]}"; do  # one at a time: each secondary is a base backup of the primary
+    pg_create "$x"; pg_start "$x"
+    for _ in $(seq 1 600); do pg_settled "$x" && break; sleep 0.2; done
+    pg_settled "$x" || die "pg-$x did not join after 120 s (see $C/pg/$x.log)"
+  done
+  # The monitor raised number_sync_standbys to 1 when the second secondary joined: back to 0 (see the top)
+  monitor_sql "SELECT pgautofailover.set_formation_number_sync_standbys('default', 0)" >/dev/null
   pg_wait_sync
 }
 
-pg_down() {
-  local x n; for x in a b; do pg_stop "$x" & done; wait
-  for n in 1 2 3; do etcd_stop "$n" & done; wait
-}
+pg_down() { local x; for x in "${PG_NODES[@]}" monitor; do pg_stop "$x" & done; wait; }
 
 pg_status() {
-  local x n
-  for n in 1 2 3; do if etcd_alive "$n"; then log "etcd$n: up"; else log "etcd$n: down"; fi; done
-  for x in a b; do
+  local x
+  log "pg-monitor: $(pg_alive monitor && echo up || echo down) (127.0.0.1:$PGMONITOR_PORT)"
+  for x in "${PG_NODES[@]}"; do
     log "pg-$x: $(pg_role "$x")$( [ "$(pg_primary)" = "$x" ] && printf ', standbys: %s' \
       "$(psql_on "$x" -c "SELECT coalesce(string_agg(application_name || ' ' || sync_state, ', '), 'none') FROM pg_stat_replication" 2>/dev/null)")"
   done

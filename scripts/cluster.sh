@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# A Relay cluster on one machine, to try it and to break it: three clustered RabbitMQ nodes (quorum queues), a
-# Postgres primary and its synchronous standby under Patroni (on three etcd members), two `relay api` and two
-# `relay worker` replicas on one payload directory, and the fake upstream. Nothing of it touches the services of scripts/services.sh.
+# A Relay cluster on one machine, to try it and to break it: three clustered RabbitMQ nodes (quorum queues),
+# Postgres under pg_auto_failover (a monitor and three data nodes: a primary and two synchronous secondaries), two
+# `relay api` and two `relay worker` replicas on one payload directory, and the fake upstream. Nothing of it touches the services of scripts/services.sh.
 #
 # Usage: scripts/cluster.sh up [--services-only] | down [--kill] | status | env [K]   (K: the replica's first RabbitMQ
 #        node; down --kill: every process killed at once, for a cluster about to be removed)
-#        scripts/cluster.sh kill NAME | start NAME | stop NAME    NAME: rabbit1..3, etcd1..3, pg-a, pg-b, api1,
-#                                                                       api2, worker-a, worker-b, upstream
-#        scripts/cluster.sh crash pg-X       SIGKILL Postgres of pg-X alone (its Patroni lives and fails over)
-#        scripts/cluster.sh primary          the Postgres member Patroni made the primary (pg-a or pg-b)
+#        scripts/cluster.sh kill NAME | start NAME | stop NAME    NAME: rabbit1..3, pg-a, pg-b, pg-c, pg-monitor,
+#                                                                       api1, api2, worker-a, worker-b, upstream
+#        scripts/cluster.sh crash pg-X       SIGKILL Postgres of pg-X alone (its keeper lives and restarts it)
+#        scripts/cluster.sh primary          the Postgres node taking writes (pg-a, pg-b or pg-c)
 #        scripts/cluster.sh leader [QUEUE]   the RabbitMQ node leading the item queue (or QUEUE)
 # Everything lives under $RELAY_CLUSTER_DIR (default .cluster/, git-ignored); ports are claimed at the first `up`
 # below the ephemeral range (devtools/cluster/ports.py) and kept in .cluster/cluster.env. `down` keeps the data; `rm -rf .cluster` after it forgets it all.
@@ -29,16 +29,14 @@ die() { log "$*"; exit 1; }
 init_state() {
   [ -f "$C/cluster.env" ] && return 0
   mkdir -p "$C"
-  local ports; read -r -a ports <<< "$(cd "$ROOT" && "$PY" -m devtools.cluster.ports 24 "$C")"
+  local ports; read -r -a ports <<< "$(cd "$ROOT" && "$PY" -m devtools.cluster.ports 18 "$C")"
   local id; id=$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')
   cat > "$C/cluster.env" <<ENV
 CLUSTER_ID=$id
 MQ1_PORT=${ports[0]} MQ1_UI=${ports[1]} MQ1_DIST=${ports[2]}
 MQ2_PORT=${ports[3]} MQ2_UI=${ports[4]} MQ2_DIST=${ports[5]}
 MQ3_PORT=${ports[6]} MQ3_UI=${ports[7]} MQ3_DIST=${ports[8]}
-PGA_PORT=${ports[9]} PGB_PORT=${ports[10]} PGA_API=${ports[16]} PGB_API=${ports[17]}
-ETCD1_CLIENT=${ports[18]} ETCD2_CLIENT=${ports[19]} ETCD3_CLIENT=${ports[20]}
-ETCD1_PEER=${ports[21]} ETCD2_PEER=${ports[22]} ETCD3_PEER=${ports[23]}
+PGA_PORT=${ports[9]} PGB_PORT=${ports[10]} PGC_PORT=${ports[16]} PGMONITOR_PORT=${ports[17]}
 API1_PORT=${ports[11]} API2_PORT=${ports[12]} UPSTREAM_PORT=${ports[13]}
 WORKER_A_METRICS=${ports[14]} WORKER_B_METRICS=${ports[15]}
 ADMIN_TOKEN=admin-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -130,15 +128,15 @@ mq_leader() {  # mq_leader [QUEUE]: the node (rabbitN) leading the item queue (o
   die "no RabbitMQ node is running"
 }
 
-# -- Postgres under Patroni, on etcd: scripts/cluster-postgres.sh -------------------------------------------
+# -- Postgres under pg_auto_failover: scripts/cluster-postgres.sh -------------------------------------------
 # shellcheck source=scripts/cluster-postgres.sh
 source "$ROOT/scripts/cluster-postgres.sh"
 
 # -- Relay: configured as the README tells cluster users -----------------------------------------------------
 amqp() { printf 'amqp://guest:guest@127.0.0.1:%s/%%2F' "$(var "MQ${1}_PORT")"; }
 database_url() {
-  printf 'postgresql://postgres@127.0.0.1:%s,127.0.0.1:%s/%s?target_session_attrs=read-write&connect_timeout=3' \
-    "$PGA_PORT" "$PGB_PORT" "$DB"
+  printf 'postgresql://postgres@127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s/%s?target_session_attrs=read-write&connect_timeout=3' \
+    "$PGA_PORT" "$PGB_PORT" "$PGC_PORT" "$DB"
 }
 relay_env() {  # relay_env K: the RELAY_* variables of a replica whose broker list starts at node K
   local k=$1 a b
@@ -219,7 +217,7 @@ info() {
 
 The cluster is up ($C).
   RabbitMQ:  rabbit1 127.0.0.1:$MQ1_PORT (UI http://127.0.0.1:$MQ1_UI, guest/guest), rabbit2 :$MQ2_PORT (UI :$MQ2_UI), rabbit3 :$MQ3_PORT (UI :$MQ3_UI)
-  Postgres:  pg-a, pg-b under Patroni (REST :$PGA_API, :$PGB_API; etcd :$ETCD1_CLIENT, :$ETCD2_CLIENT, :$ETCD3_CLIENT), primary pg-$(pg_primary): $RELAY_DATABASE_URL
+  Postgres:  pg-a, pg-b, pg-c under pg_auto_failover (monitor 127.0.0.1:$PGMONITOR_PORT), primary pg-$(pg_primary): $RELAY_DATABASE_URL
 INFO
   [ "$1" = "--services-only" ] && { echo "  Relay settings: scripts/cluster.sh env"; return 0; }
   cat <<INFO
@@ -230,7 +228,7 @@ INFO
 
   eval "\$(scripts/cluster.sh env)"; relay batches submit requests.jsonl --shape openai --wait
   scripts/cluster.sh kill \$(scripts/cluster.sh leader); scripts/cluster.sh start rabbitN   # a node dies and returns
-  scripts/cluster.sh kill pg-$(pg_primary); scripts/cluster.sh start pg-$(pg_primary)   # Patroni fails over, then the old primary rejoins as a standby
+  scripts/cluster.sh kill pg-$(pg_primary); scripts/cluster.sh start pg-$(pg_primary)   # the monitor fails over, then the old primary rejoins as a secondary
   scripts/cluster.sh down
 INFO
 }
@@ -241,8 +239,8 @@ down() {  # down [--kill]
   local name n x
   if [ "${1:-}" = --kill ]; then  # nothing to keep: no graceful stop to wait for (25 s on a loaded machine)
     for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name" KILL; done
-    for n in 1 2 3; do mq_kill "$n"; etcd_stop "$n" KILL; done
-    for x in a b; do pg_halt "$x"; done
+    for n in 1 2 3; do mq_kill "$n"; done
+    for x in "${PG_NODES[@]}" monitor; do pg_halt "$x"; done
     return 0
   fi
   for name in worker-a worker-b api1 api2 upstream; do relay_stop "$name"; done
@@ -265,15 +263,13 @@ node_cmd() {  # node_cmd kill|start|stop NAME
   local verb=$1 name=${2:-}
   load_state
   case $name in
-    etcd[123]) n=${name#etcd}
-      case $verb in kill) etcd_stop "$n" KILL ;; stop) etcd_stop "$n" ;; start) etcd_start "$n" ;; esac ;;
     rabbit[123]) n=${name#rabbit}
       case $verb in kill) mq_kill "$n" ;; stop) mq_stop "$n" ;; start) mq_start "$n"; mq_wait "$n" ;; esac ;;
-    pg-a|pg-b) x=${name#pg-}
+    pg-a|pg-b|pg-c|pg-monitor) x=${name#pg-}
       case $verb in kill) pg_kill "$x" ;; stop) pg_stop "$x" ;; start) pg_start "$x" ;; esac ;;
     upstream|api1|api2|worker-a|worker-b)
       case $verb in kill) relay_stop "$name" KILL ;; stop) relay_stop "$name" ;; start) relay_start "$name" ;; esac ;;
-    *) die "unknown NAME '$name' (rabbit1..3, etcd1..3, pg-a, pg-b, api1, api2, worker-a, worker-b, upstream)" ;;
+    *) die "unknown NAME '$name' (rabbit1..3, pg-a, pg-b, pg-c, pg-monitor, api1, api2, worker-a, worker-b, upstream)" ;;
   esac
 }
 

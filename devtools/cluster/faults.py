@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from devtools.cluster.harness import Cluster, ClusterStack, PrimaryWatch, TcpProxy, db_now
+from devtools.cluster.harness import Cluster, ClusterStack, TcpProxy, db_now
+from devtools.cluster.pgnodes import PrimaryWatch
 from devtools.processes import RelayProcess
 from devtools.stack import upstream_key
 
@@ -74,9 +75,9 @@ def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s:
 
 
 def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
-    """SIGKILL Postgres of the primary (its Patroni lives) with two APIs and two worker groups on the multi-host
-    URL; Patroni promotes the synchronous standby, no human step. Notes: the final states read from the primary
-    just before, the APIs, the old and the new primary."""
+    """SIGKILL the primary's node (its keeper and Postgres, the process group: its machine dies) with two APIs and
+    two worker groups on the multi-host URL; the monitor promotes a synchronous secondary, no human step. Notes: the
+    final states read from the primary just before, the APIs, the old and the new primary."""
     pace.slow(stack)
     apis = stack.start_apis(2)
     stack.start_worker(pace.threads, **cluster.broker_settings(2))
@@ -93,7 +94,7 @@ def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fau
 
 
 def kill_standby(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
-    """SIGKILL the synchronous standby's member (Patroni and Postgres: its machine dies) while two worker groups
+    """SIGKILL a synchronous secondary's node (its keeper and Postgres: its machine dies) while two worker groups
     drain the batch, and keep it down until the batch is final: writes must go on without it. Notes: the standby
     and whether it was still down when the batch was final."""
     pace.slow(stack)
@@ -112,9 +113,9 @@ def kill_standby(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
 
 
 def restart_old_primary(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fault:
-    """SIGKILL the primary's member (Patroni and Postgres: its machine dies) mid-batch, let Patroni promote the
-    standby once the dead one's leader lock expires, then start the old primary again while the batch drains,
-    with a PrimaryWatch sampling both members throughout. Notes: the old and new primary, the watch."""
+    """SIGKILL the primary's node (its keeper and Postgres: its machine dies) mid-batch, let the monitor promote a
+    secondary, then start the old primary again while the batch drains, with a PrimaryWatch sampling every data
+    node throughout. Notes: the old and new primary, the watch."""
     pace.slow(stack)
     stack.start_apis(2)
     stack.start_worker(pace.threads, **cluster.broker_settings(2))
@@ -126,7 +127,7 @@ def restart_old_primary(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fa
         cluster.kill(f"pg-{old}")
         new = cluster.primary(timeout=120, other_than=old)
         cluster.start(f"pg-{old}")
-        cluster.wait_healthy()  # the old primary streams to the new one as its synchronous standby
+        cluster.wait_healthy()  # the old primary streams to the new one as a synchronous secondary
         pace.fast(stack)
         stack.wait_finished(key, batch_id, timeout=240)
         ended = db_now(stack)

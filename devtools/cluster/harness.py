@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import requests
 
+from devtools.cluster.pgnodes import alive, group_members, node_state
 from devtools.processes import ROOT, RelayProcess
 from devtools.stack import Stack
 
@@ -27,7 +28,8 @@ SCRIPT = ROOT / "scripts" / "cluster.sh"
 
 @dataclass
 class Cluster:
-    """A cluster under DIRECTORY (RELAY_CLUSTER_DIR): three RabbitMQ nodes and a Postgres pair, no Relay process."""
+    """A cluster under DIRECTORY (RELAY_CLUSTER_DIR): three RabbitMQ nodes and Postgres under pg_auto_failover (a
+    monitor and three data nodes), no Relay process."""
 
     directory: Path
     database: str = "relay_cluster"
@@ -42,7 +44,8 @@ class Cluster:
         return out.stdout
 
     def up(self) -> None:
-        # A generous bound: three RabbitMQ nodes, etcd and Patroni's bootstrap took over 300 s at a load of 23.
+        # A generous bound: three RabbitMQ nodes, the monitor and three data nodes start in about 40 s at a load of
+        # 4, and a loaded machine takes several times that.
         self.sh("up", "--services-only", timeout=900)
         for line in (self.directory / "cluster.env").read_text().split("\n"):
             for word in shlex.split(line):
@@ -83,37 +86,38 @@ class Cluster:
     def start(self, name: str) -> None:
         self.sh("start", name)
 
-    # -- Postgres (under Patroni) ---------------------------------------------------------------------------
-    def members(self) -> tuple[str, str]:
-        return ("a", "b")
+    # -- Postgres (under pg_auto_failover) -------------------------------------------------------------------
+    def members(self) -> tuple[str, ...]:
+        """The data nodes (the monitor holds no data of Relay's)."""
+        return ("a", "b", "c")
 
     def role(self, node: str) -> str:
-        """What Patroni's REST API of NODE says it is ("primary", "replica", ...), "down" when it does not answer."""
-        try:
-            res = requests.get(f"http://127.0.0.1:{self.state[f'PG{node.upper()}_API']}/patroni", timeout=2)
-            return str(res.json().get("role", "unknown"))
-        except (requests.RequestException, ValueError):
+        """The state the monitor last heard from NODE ("primary", "secondary", "wait_primary", ...), "down" when
+        its keeper does not run (its node was killed or stopped)."""
+        if not alive(self._pid(node)):
             return "down"
+        try:
+            rows = self.monitor_query("SELECT reportedstate::text FROM pgautofailover.node WHERE nodename = %s",
+                                      (f"pg-{node}",))
+        except psycopg.Error:  # the monitor is down
+            return "unknown"
+        return str(rows[0][0]) if rows else "unknown"
 
     def primary(self, timeout: float = 60, other_than: str = "") -> str:
-        """"a" or "b": the member Patroni made the primary (waits up to TIMEOUT for one, not OTHER_THAN)."""
+        """"a", "b" or "c": the node that takes writes (waits up to TIMEOUT for one, not OTHER_THAN)."""
         deadline = time.monotonic() + timeout
         while True:
             for node in self.members():
-                if node != other_than and self.role(node) == "primary" and self.writable(node):
+                if node != other_than and self.writable(node):
                     return node
             if time.monotonic() > deadline:
                 raise AssertionError(f"no Postgres primary (other than {other_than!r}) after {timeout} s")
             time.sleep(0.2)
 
     def writable(self, node: str) -> bool:
-        """Whether Postgres of NODE answers and is out of recovery (it would take writes)."""
-        try:
-            with psycopg.connect(self.node_url(node), autocommit=True, connect_timeout=2) as conn:
-                row = conn.execute("SELECT NOT pg_is_in_recovery()").fetchone()
-        except psycopg.Error:
-            return False
-        return bool(row and row[0])
+        """Whether Postgres of NODE passes libpq's read-write test (out of recovery, not read-only), as Relay's
+        multi-host URL asks."""
+        return node_state(self.pg_port(node))[0] == "primary"
 
     def pg_port(self, node: str) -> int:
         return int(self.state[f"PG{node.upper()}_PORT"])
@@ -121,30 +125,65 @@ class Cluster:
     def node_url(self, node: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.pg_port(node)}/{self.database}"
 
+    def monitor_query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Rows of SQL on the pg_auto_failover monitor's database."""
+        url = f"postgresql://postgres@127.0.0.1:{self.state['PGMONITOR_PORT']}/pg_auto_failover"
+        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+
+    def event_time(self, since: float, node: str, pattern: str) -> float | None:
+        """Epoch time of the monitor's first event about NODE since SINCE whose text or goal state matches PATTERN."""
+        rows = self.monitor_query(
+            "SELECT extract(epoch FROM eventtime)::float8 FROM pgautofailover.event WHERE nodename = %s"
+            " AND eventtime >= to_timestamp(%s) AND (description ~ %s OR goalstate::text ~ %s)"
+            " ORDER BY eventid LIMIT 1", (f"pg-{node}", since, pattern, pattern))
+        return float(rows[0][0]) if rows else None
+
     def fail_over(self) -> tuple[str, str]:
-        """SIGKILL Postgres of the primary (its Patroni lives) and wait until Patroni has made the standby the
-        primary, with no human step; (old primary, new primary)."""
+        """SIGKILL the primary's node (its keeper and Postgres: its machine dies) and wait until the monitor has
+        promoted a secondary, with no human step; (old primary, new primary)."""
         old = self.primary()
-        self.sh("crash", f"pg-{old}")
+        self.kill(f"pg-{old}")
         return old, self.primary(timeout=120, other_than=old)
 
     def freeze_manager(self, node: str, frozen: bool = True) -> None:
-        """SIGSTOP (FROZEN) or SIGCONT NODE's Patroni: its Postgres runs on, unmanaged."""
-        pid = int((self.directory / "pg" / node / "patroni.pid").read_text())
-        os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+        """SIGSTOP (FROZEN) or SIGCONT NODE's keeper (every pg_autoctl process of its group): its Postgres runs
+        on, and no goal the monitor assigns it is applied."""
+        for pid in group_members(self._pid(node), "pg_autoctl"):
+            os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+    def _pid(self, node: str) -> int:
+        try:
+            return int((self.directory / "pg" / f"{node}.pid").read_text())
+        except (OSError, ValueError):
+            return 0
 
     def wait_healthy(self, timeout: float = 180) -> None:
-        """Wait until a primary streams to one synchronous standby (after a fault, Patroni rejoins the other)."""
+        """Wait until a primary streams to both secondaries, either one enough for a commit, each data node in
+        the state the monitor assigned it (after a fault, a returning node rejoins as a secondary by itself)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if len(self.synchronous_standbys()) == 1:
+                if len(self.synchronous_standbys()) == 2 and self.settled():
                     return
             except (psycopg.Error, AssertionError):
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"no primary with a synchronous standby after {timeout} s")
+                raise AssertionError(f"no primary with two synchronous secondaries after {timeout} s")
             time.sleep(0.5)
+
+    def restore(self) -> None:
+        """Start every data node a fault left down (its machine is back), and wait until each rejoined."""
+        for node in self.members():
+            if self.role(node) == "down":
+                self.start(f"pg-{node}")
+        self.wait_healthy()
+
+    def settled(self) -> bool:
+        """Whether the monitor has one primary and two secondaries, each in the state assigned to it."""
+        rows = self.monitor_query("SELECT reportedstate::text, goalstate::text FROM pgautofailover.node")
+        return sorted(r for r, g in rows if r == g) == ["primary", "secondary", "secondary"]
 
     def create_database(self, name: str) -> str:
         """Create database NAME on the primary (if missing, with the migrations); its multi-host URL."""
@@ -158,76 +197,11 @@ class Cluster:
         return url
 
     def synchronous_standbys(self) -> list[str]:
-        """The application names of the primary's synchronous standbys."""
+        """The application names of the primary's synchronous (quorum) standbys."""
         with psycopg.connect(self.node_url(self.primary()), autocommit=True, connect_timeout=5) as conn:
             rows = conn.execute("SELECT application_name FROM pg_stat_replication"
                                 " WHERE sync_state IN ('sync', 'quorum') ORDER BY 1").fetchall()
         return [str(r[0]) for r in rows]
-
-
-class PrimaryWatch:
-    """Samples both Postgres members every INTERVAL_S on a thread while in use: how many would take writes (out of
-    recovery) at each sample, and the sessions of Relay's database on each member that held a transaction id (a
-    write) or ran outside recovery."""
-
-    def __init__(self, cluster: Cluster, database_url: str, interval_s: float = 0.5) -> None:
-        self.cluster, self.interval_s = cluster, interval_s
-        self.database = database_url.split("?", 1)[0].rsplit("/", 1)[1]
-        self.samples: list[dict[str, tuple[str, int]]] = []  # {"a": ("primary"|"standby"|"down", writes), ...}
-        self.times: list[float] = []  # epoch seconds of each sample (this machine's clock, as the database's)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="primary-watch", daemon=True)
-
-    def __enter__(self) -> PrimaryWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def primaries(self) -> list[int]:
-        """The number of members out of recovery at each sample."""
-        return [sum(1 for state, _ in sample.values() if state == "primary") for sample in self.samples]
-
-    def since_down(self, node: str) -> list[tuple[str, int]]:
-        """NODE's (state, Relay sessions holding a transaction id) at each sample from the first that found it
-        down on."""
-        states = [sample[node] for sample in self.samples]
-        first = next((i for i, (state, _) in enumerate(states) if state == "down"), len(states))
-        return states[first:]
-
-    def longest_gap(self) -> float:
-        """The longest time between two samples' starts (the interval plus each sample's own time)."""
-        return max((b - a for a, b in itertools.pairwise(self.times)), default=0.0)
-
-    def promoted_at(self, old: str) -> float | None:
-        """When a member other than OLD was first found out of recovery after OLD was found down (epoch seconds);
-        None if never."""
-        down = False
-        for at, sample in zip(self.times, self.samples, strict=True):
-            down = down or sample[old][0] == "down"
-            if down and any(state == "primary" for node, (state, _) in sample.items() if node != old):
-                return at
-        return None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            at = time.time()
-            sample = {node: self._sample(node) for node in self.cluster.members()}
-            self.times.append(at)
-            self.samples.append(sample)
-
-    def _sample(self, node: str) -> tuple[str, int]:
-        url = f"postgresql://postgres@127.0.0.1:{self.cluster.pg_port(node)}/postgres"
-        try:
-            with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
-                row = conn.execute("SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_activity"
-                                   " WHERE datname = %s AND backend_xid IS NOT NULL)", (self.database,)).fetchone()
-        except psycopg.Error:
-            return "down", 0
-        assert row is not None
-        return "standby" if row[0] else "primary", int(row[1])
 
 
 class TcpProxy:

@@ -1,4 +1,4 @@
-"""Ports for the members of a local cluster that cannot bind port 0 themselves (RabbitMQ, Postgres, etcd, Patroni).
+"""Ports for the members of a local cluster that cannot bind port 0 themselves (RabbitMQ, Postgres and its monitor).
 
 A port found free and bound later by another process is a race: meanwhile any process binding port 0 may get it
 (the cluster tests once failed on exactly that). So the ports come from below the kernel's ephemeral range, which

@@ -29,7 +29,8 @@ def _binaries_missing() -> str:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """Three RabbitMQ nodes and a Postgres primary with its synchronous standby, on free ports, for this session."""
+    """Three RabbitMQ nodes and Postgres under pg_auto_failover (a monitor, a primary and two synchronous secondaries),
+    on claimed ports, for this session."""
     missing = _binaries_missing()
     if missing:
         if os.environ.get("CI") == "true":

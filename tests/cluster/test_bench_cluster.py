@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.cluster import run
-from devtools.cluster.harness import Cluster, PrimaryWatch, longest_gap, resume_after
+from devtools.cluster.harness import Cluster, longest_gap, resume_after
+from devtools.cluster.pgnodes import PrimaryWatch
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]  # with the cluster's start
 
@@ -34,13 +35,15 @@ def test_a_drain_that_pauses_is_back_once_items_finish_at_half_the_earlier_rate_
     assert resume_after(before, 10.0) == math.inf
 
 
-def test_the_watch_dates_a_promotion_by_its_first_sample_after_the_old_primary_was_found_down(
+def test_the_watch_dates_a_promotion_by_its_first_sample_taking_writes_after_the_old_primary_was_found_down(
         tmp_path: Path) -> None:
     watch = PrimaryWatch(Cluster(tmp_path), "postgresql://postgres@127.0.0.1:1/relay")
-    states = [("primary", "standby"), ("down", "standby"), ("down", "standby"), ("down", "primary"),
+    states = [("primary", "standby"), ("down", "standby"), ("down", "read-only"), ("down", "primary"),
               ("standby", "primary")]
     watch.samples = [{"a": (a, 0), "b": (b, 0)} for a, b in states]
     watch.times = [100.0, 100.6, 101.1, 102.8, 103.3]
-    assert watch.promoted_at("a") == 102.8  # not 100.0: a was the primary then
+    assert watch.promoted_at("a") == 102.8  # not 100.0 (a was the primary), nor 101.1 (b took no write yet)
     assert watch.promoted_at("b") is None  # b never went down
     assert watch.longest_gap() == pytest.approx(1.7)
+    assert watch.primaries() == [1, 0, 0, 1, 1]
+    assert watch.out_of_recovery() == [1, 0, 1, 1, 1]

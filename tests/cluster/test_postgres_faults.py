@@ -1,6 +1,7 @@
-"""Postgres faults on the cluster, under Patroni: the primary killed mid-batch (Patroni promotes the synchronous
-standby, no human step), the synchronous standby killed (writes go on without it), the old primary started again
-(one primary at every moment, nothing of Relay on the old one), and a worker cut from Postgres while its items run."""
+"""Postgres faults on the cluster, under pg_auto_failover: the primary's node killed mid-batch (the monitor promotes a
+synchronous secondary, no human step), a synchronous secondary's node killed (writes go on without it), the old
+primary started again (one primary at every moment, nothing of Relay on the old one), and a worker cut from Postgres
+while its items run."""
 
 from __future__ import annotations
 
@@ -13,21 +14,18 @@ import requests
 from devtools.cluster.faults import Pace, cut_from_database, fail_over_postgres, kill_standby, restart_old_primary
 from devtools.cluster.harness import Cluster, ClusterStack, finish_times, longest_gap, resume_after
 
-# The first test also waits for the session's cluster to start (etcd, Patroni, RabbitMQ: minutes on a loaded machine).
+# The first test also waits for the session's cluster to start (pg_auto_failover, RabbitMQ: a minute or more).
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture()
 def failing_over(clustered: ClusterStack, cluster: Cluster) -> Iterator[ClusterStack]:
-    """The cluster stack on a primary with its synchronous standby; afterwards both are back, whatever the test
-    killed (Patroni rejoins a former primary by itself; a member the test left down is started)."""
+    """The cluster stack on a primary with two synchronous secondaries; afterwards all three are back, whatever the
+    test killed (a node the test left down is started, and rejoins as a secondary by itself)."""
     cluster.wait_healthy()
     yield clustered
     clustered.stop_processes()
-    for node in cluster.members():
-        if cluster.role(node) == "down":
-            cluster.start(f"pg-{node}")
-    cluster.wait_healthy()
+    cluster.restore()
 
 
 def test_the_primary_killed_mid_batch_fails_over_to_the_standby_without_losing_a_committed_outcome(
@@ -47,8 +45,9 @@ def test_the_primary_killed_mid_batch_fails_over_to_the_standby_without_losing_a
     assert all(proc.proc.poll() is None for proc in stack.processes)  # nothing was restarted to follow it
     for api in fault.notes["apis"]:
         assert requests.get(api.url + "/readyz", timeout=10).status_code == 200
-    cluster.wait_healthy()  # and the old primary is back as the standby, by itself
-    assert cluster.role(fault.notes["old_primary"]) == "replica"
+    cluster.start(f"pg-{fault.notes['old_primary']}")  # its machine is back: no other step
+    cluster.wait_healthy()  # and the old primary is back as a synchronous secondary, by itself
+    assert cluster.role(fault.notes["old_primary"]) == "secondary"
     times = finish_times(stack, fault.batch_id)
     print(f"failover: longest stall {longest_gap(times, fault.began):.1f} s, back at half rate"
           f" {resume_after(times, fault.began):.1f} s after the kill; states {dict(states)}")
@@ -69,21 +68,23 @@ def test_the_synchronous_standby_killed_does_not_stop_writes(failing_over: Clust
 
 def test_readyz_answers_503_while_no_write_can_commit_and_200_once_they_can(
         failing_over: ClusterStack, cluster: Cluster) -> None:
-    # The primary's Patroni frozen, then its synchronous standby killed: nothing drops the standby from
-    # synchronous_standby_names, so every commit waits. Patroni thawed: it drops it, and commits go through.
+    # The primary's keeper frozen, then both its synchronous secondaries killed: nothing applies the monitor's
+    # wait_primary (synchronous replication off), so every commit waits. The keeper thawed: it applies it, and
+    # commits go through.
     (api,) = failing_over.start_apis(1)
     primary = cluster.primary()
-    standby = next(node for node in cluster.members() if node != primary)
+    secondaries = [node for node in cluster.members() if node != primary]
     assert requests.get(api.url + "/readyz", timeout=30).status_code == 200
     cluster.freeze_manager(primary)
     try:
-        cluster.kill(f"pg-{standby}")
+        for node in secondaries:
+            cluster.kill(f"pg-{node}")
         res = requests.get(api.url + "/readyz", timeout=30)
     finally:
         cluster.freeze_manager(primary, frozen=False)
     assert res.status_code == 503, res.text
     assert res.json()["checks"]["postgres"].startswith("writes stuck:"), res.text
-    assert _ready_within(api.url, 60), "readyz stayed 503 after Patroni dropped the synchronous standby"
+    assert _ready_within(api.url, 60), "readyz stayed 503 after the keeper turned synchronous replication off"
 
 
 def _ready_within(url: str, timeout: float) -> bool:
@@ -102,17 +103,18 @@ def test_the_old_primary_started_again_rejoins_as_a_standby_and_relay_never_reac
 
     watch, old = fault.notes["watch"], fault.notes["old_primary"]
     assert watch.samples and max(watch.primaries()) == 1, f"two primaries at once: {watch.samples}"
+    assert max(watch.out_of_recovery()) == 1, f"two nodes out of recovery at once: {watch.samples}"
     after = watch.since_down(old)
     assert after and all(state != "primary" for state, _ in after), f"the old primary took writes again: {after}"
     assert sum(writes for _, writes in after) == 0
-    assert cluster.role(old) == "replica" and cluster.primary() == fault.notes["new_primary"]
+    assert cluster.role(old) == "secondary" and cluster.primary() == fault.notes["new_primary"]
     accounting = stack.account(fault.key, fault.batch_id, pace.scenario, pace.items, timeout=60)
     states = accounting.states()
     assert states["completed"] + states["discarded"] == pace.items
     assert states["discarded"] <= 2 * pace.threads  # only items in flight at the kill may be discarded
     times = finish_times(stack, fault.batch_id)
-    print(f"old primary restarted: longest stall {longest_gap(times, fault.began):.1f} s (the leader lock's"
-          f" 20 s TTL); {len(watch.samples)} samples, at most {max(watch.primaries())} primary")
+    print(f"old primary restarted: longest stall {longest_gap(times, fault.began):.1f} s (the monitor's detection"
+          f" and primary_demote_timeout); {len(watch.samples)} samples, at most {max(watch.primaries())} primary")
 
 
 def test_a_worker_cut_from_postgres_while_its_items_run_ends_each_with_one_final_state_and_one_usage_event(
