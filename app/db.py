@@ -21,8 +21,9 @@ from app.errors import DatabaseUnavailable
 CONNECT_TIMEOUT_S = 5  # a connection attempt to a host that does not answer (a partition), unless the URL says
 # A server whose machine dies sends no reset: a statement awaiting its answer would wait for TCP to give up (about
 # 15 minutes on Linux), a pooled idle connection would look alive. Probes after 5 s idle, 2 s apart, 3 unanswered
-# (11 s), and sent data unacknowledged for 10 s, end such a connection well within an HA manager's failover (Patroni:
-# at least 20 s), unless the URL says otherwise. libpq's names; the server's tcp_keepalives_* are the other side.
+# (11 s), and sent data unacknowledged for 10 s, end such a connection about when an HA manager's failover has
+# promoted a standby (pg_auto_failover as scripts/cluster.sh runs it: about 10 s; Patroni: at least 20 s), unless
+# the URL says otherwise. libpq's names; the server's tcp_keepalives_* are the other side.
 TCP_DEAD_PEER = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
                  "tcp_user_timeout": 10_000}
 RECONNECT_MAX_DELAY_S = 0.5  # the longest wait between two attempts to replace a lost connection
