@@ -1,4 +1,5 @@
-"""Usage events SQL for reading: filtered pages, a streamed export, and grouped sums (exact, in integer nanos).
+"""Usage events SQL for reading: filtered pages, a streamed export, and grouped sums (exact, in integer nanos),
+all through the usage_events_full view (never the table).
 
 Every fragment below is a constant; values always travel as parameters.
 """
@@ -13,10 +14,11 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from app.cursors import EventCursor
-from app.usage.events import REQUEST_ID_SQL
 from app.usage.queries import UsageFilter, Visibility, sum_counters
 
 Where = tuple[str, list[Any]]
+# Events as readers see them: a batch item's request id made, its batch's shared parts filled in (migration 0030).
+EVENTS = "usage_events_full"
 
 _STATUS_RANGES = {"2xx": (200, 300), "3xx": (300, 400), "4xx": (400, 500), "5xx": (500, 600)}
 _NAMED_TABLES = {"policy": ("policy_id", "policies"), "project": ("project_id", "projects"),
@@ -66,7 +68,7 @@ PRINCIPAL_NAME = ("CASE e.principal_kind WHEN 'user' THEN (SELECT name FROM user
                   " WHEN 'service_account' THEN (SELECT name FROM service_accounts WHERE id = e.principal_id)"
                   " END AS principal")
 
-_EVENT_COLUMNS = "e.id, " + REQUEST_ID_SQL + """, e.source, e.created_at, e.started_at, e.duration_ms, e.route,
+_EVENT_COLUMNS = """e.id, e.request_id, e.source, e.created_at, e.started_at, e.duration_ms, e.route,
   e.status, e.upstream_status, e.error_code, e.model_requested, e.model_resolved, e.host_id, e.host_name, e.binding_id,
   e.adapter, e.host_key_name, e.credential_kind, e.credential_id, e.relay_key_hash, e.principal_kind,
   e.principal_id, e.policy_id, e.project_id, e.team_id, e.input_tokens, e.output_tokens, e.cached_tokens,
@@ -84,7 +86,7 @@ def list_events(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, lim
     if after is not None:
         where += " AND (e.created_at, e.id) < (%s, %s)"
         params += [after.created_at, after.id]
-    query = f"SELECT {_EVENT_COLUMNS} FROM usage_events e WHERE {where} ORDER BY e.created_at DESC, e.id DESC LIMIT %s"
+    query = f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} e WHERE {where} ORDER BY e.created_at DESC, e.id DESC LIMIT %s"
     return list(conn.execute(query, [*params, limit]).fetchall())
 
 
@@ -119,7 +121,7 @@ def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group
     names = "".join(", " + _GROUP_NAMES[name] for name in group_by if name in _GROUP_NAMES)
     order = ", ".join(f"g.{alias}" for _, alias in pairs)
     first = "g.bucket, " if bucket is not None else ""
-    query = (f"SELECT g.*{names} FROM (SELECT {outputs}, {_AGGREGATES} FROM usage_events e WHERE {where}"
+    query = (f"SELECT g.*{names} FROM (SELECT {outputs}, {_AGGREGATES} FROM {EVENTS} e WHERE {where}"
              f" GROUP BY {exprs}) g ORDER BY {first}g.requests DESC, {order} LIMIT %s")
     rows = conn.execute(query, [*params, max_rows + 1]).fetchall()
     if len(rows) > max_rows:  # some groups are left out: total them in SQL
@@ -128,7 +130,7 @@ def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group
 
 
 def _totals(conn: Connection[Any], where: str, params: list[Any]) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {_AGGREGATES} FROM usage_events e WHERE {where}", params).fetchone()
+    row = conn.execute(f"SELECT {_AGGREGATES} FROM {EVENTS} e WHERE {where}", params).fetchone()
     assert row is not None
     return row
 
