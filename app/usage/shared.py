@@ -1,6 +1,6 @@
 """What every item of a batch shares in its usage event, stored once per batch (usage_batch_shared, migration 0030).
 
-A batch item's event leaves NULL the parts equal to its batch's shared row and says which in its `shared` bits;
+A batch item's event leaves NULL the parts equal to its batch's shared row and says which in its `shared` column;
 readers see the whole event through the `usage_events_full` view. The shared row is written from the first event
 of its batch that reaches the writer (one that got a route, when the group has one) and never changes, so a process
 remembers the rows it has read back from the database (never the ones its own uncommitted transaction inserted).
@@ -21,7 +21,8 @@ from app.usage.events import COLUMNS, UsageEvent
 ATTRIBUTION = ("credential_kind", "credential_id", "relay_key_hash", "principal_kind", "principal_id", "policy_id",
                "project_id", "team_id")
 NAMES = ("route", "model_requested", "model_resolved", "host_id", "host_name", "binding_id", "adapter")
-PARTS = ((1, ATTRIBUTION), (2, NAMES))  # the `shared` bit of each part
+# What an event leaves to its batch's row, as its `shared` value says: the attribution (1), then the names too (3).
+PARTS = ((1, ATTRIBUTION), (3, NAMES))
 _SHARED = ATTRIBUTION + NAMES
 _CACHE_MAX = 4096  # batches remembered per process (a row is ~250 bytes)
 
@@ -96,12 +97,13 @@ def _upsert(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> dict
 
 def stored_values(event: UsageEvent, shared: Shared | None) -> list[object]:
     """EVENT's column values (COLUMNS order, then `shared`): the parts equal to SHARED (its batch's row) left NULL,
-    with the bits naming them."""
+    in order (the names only with the attribution), and `shared` saying how far."""
     values = dict(zip(COLUMNS, event.values(), strict=True))
-    bits = 0
-    for bit, names in PARTS:
-        if shared is not None and all(values[name] == shared[name] for name in names):
-            bits |= bit
-            values.update(dict.fromkeys(names))
-    return [*values.values(), bits or None]
+    level = None
+    for part, names in PARTS:
+        if shared is None or any(values[name] != shared[name] for name in names):
+            break
+        level = part
+        values.update(dict.fromkeys(names))
+    return [*values.values(), level]
 
