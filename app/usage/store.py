@@ -84,8 +84,8 @@ def list_events(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, lim
     """Up to LIMIT events newest first, strictly after the cursor position when given."""
     where, params = event_where(flt, vis)
     if after is not None:
-        where += " AND (e.created_at, e.id) < (%s, %s)"
-        params += [after.created_at, after.id]
+        where += " AND e.created_at <= %s AND (e.created_at, e.id) < (%s, %s)"  # the first for the index
+        params += [after.created_at, after.created_at, after.id]
     query = f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} e WHERE {where} ORDER BY e.created_at DESC, e.id DESC LIMIT %s"
     return list(conn.execute(query, [*params, limit]).fetchall())
 
@@ -139,12 +139,16 @@ def event_where(flt: UsageFilter, vis: Visibility) -> Where:
     """The WHERE clause (over alias `e`) and its parameters for FLT as seen by VIS."""
     clauses, params = _visibility(vis)
     simple = (("e.source = %s", flt.source), ("e.created_at >= %s", flt.from_), ("e.created_at < %s", flt.to),
-              ("e.model_requested = %s", flt.model), ("e.credential_id = %s", flt.credential),
+              ("e.model_requested = %s", flt.model),
               ("e.batch_id = %s", flt.batch_id), ("e.error_code = %s", flt.error_code))
     for clause, value in simple:
         if value is not None:
             clauses.append(clause)
             params.append(value)
+    if flt.credential is not None:
+        clause, values = _attributed("a.credential_id = %s", [flt.credential])
+        clauses.append(clause)
+        params += values
     if flt.status is not None:
         low, high = _STATUS_RANGES[flt.status]
         clauses.append("e.status >= %s AND e.status < %s")
@@ -170,12 +174,24 @@ def _visibility(vis: Visibility) -> tuple[list[str], list[Any]]:
     if vis.admin:
         return [], []
     if vis.relay_key_hash is not None:
-        return ["e.credential_kind = 'relay_key'", "e.credential_id = %s", "e.relay_key_hash = %s"], [
-            vis.credential_id, vis.relay_key_hash]
+        clause, params = _attributed("a.credential_kind = 'relay_key' AND a.credential_id = %s"
+                                     " AND a.relay_key_hash = %s", [vis.credential_id, vis.relay_key_hash])
+        return [clause], params
     if vis.user_id is not None:
-        return ["e.credential_kind = 'inference_token'", "e.principal_kind = 'user'", "e.principal_id = %s"], [
-            vis.user_id]
+        clause, params = _attributed("a.credential_kind = 'inference_token' AND a.principal_kind = 'user'"
+                                     " AND a.principal_id = %s", [vis.user_id])
+        return [clause], params
     return ["false"], []  # a reader with no identity sees nothing
+
+
+def _attributed(clause: str, params: list[Any]) -> Where:
+    """CLAUSE (over alias `a`: attribution columns, named alike in usage_events and usage_batch_shared) holds for
+    the event's own attribution or its batch's: the events that carry theirs are found through the table's own
+    indexes (usage_events_credential, usage_events_principal), the others through their batches' shared rows (the
+    view's CASE columns would hide both from the planner)."""
+    return (f"e.id IN (SELECT a.id FROM usage_events a WHERE a.shared IS NULL AND {clause} UNION ALL"
+            f" SELECT u.id FROM usage_batch_shared a JOIN usage_events u ON u.batch_id = a.batch_id"
+            f" WHERE u.shared IS NOT NULL AND {clause})", [*params, *params])
 
 
 def name_or_id_clause(column: str, table: str, value: str) -> Where:
