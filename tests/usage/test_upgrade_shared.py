@@ -1,5 +1,5 @@
-"""Migration 0030 on a database that already holds usage (a user upgrading): earlier events read as they were
-written, and the batch items recorded after it share their batch's row."""
+"""Migration 0030 on a database that already holds usage and batch items (a user upgrading): earlier events and
+items read as they were written, and what is recorded after it is stored in its new, narrower form."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from app.batches.store import result_rows
 from app.migrate import apply_migrations, list_migrations
 from app.settings import Settings
 from app.usage.events import UsageEvent
@@ -84,3 +85,18 @@ def test_events_recorded_before_the_upgrade_read_the_same_and_later_items_share_
         (None, None, "relay_key"), (old_batch, None, "relay_key"), (old_batch, None, "relay_key"),
         *[(new_batch, 3, None)] * 3]
 
+
+
+def test_items_finished_before_the_upgrade_keep_their_segment_names_and_new_ones_are_coded(upgraded_url):  # type: ignore[no-untyped-def]
+    batch_id, whole = uuid.uuid4(), "responses-6c9a-34600fca-0.seg"
+    with psycopg.connect(upgraded_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO batch_items (batch_id, idx, state, response_segment, response_offset,"
+                     " response_length) VALUES (%s, 0, 'completed', %s, 0, 10)", (batch_id, whole))
+
+    assert apply_migrations(upgraded_url) == [SHARED_FROM]
+
+    with psycopg.connect(upgraded_url) as conn:
+        assert [row[1] for row in result_rows(conn, batch_id, after=-1, limit=10)] == [whole]
+        coded = conn.execute("SELECT response_segment_code(%s), response_segment_code('other.seg'),"
+                             " response_segment_name(response_segment_code(%s))", (whole, whole)).fetchone()
+    assert coded == ("6c9a-34600fca-0", "other.seg", whole)
