@@ -137,7 +137,7 @@ WITH f AS (
         AS f(batch_id, idx, state, error, error_code, from_state, worker_id, segment, "offset", length, cost)
 ), done AS (
     UPDATE batch_items i SET state = f.state, error = f.error, error_code = f.error_code, finished_at = now(),
-           response_segment = f.segment, response_offset = f."offset", response_length = f.length
+           response_segment = response_segment_code(f.segment), response_offset = f."offset", response_length = f.length
     FROM f
     WHERE i.batch_id = f.batch_id AND i.idx = f.idx AND i.state = f.from_state
       AND (f.worker_id IS NULL OR i.worker_id = f.worker_id)

@@ -11,6 +11,8 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.batches.store import SEGMENT
+
 Conn = Connection[Any]
 # The item's key in the original batch, then a store.ResultRow: idx, segment, offset, length, state, error.
 AttemptRow = tuple[int, int, str | None, int | None, int | None, str, Any]
@@ -55,7 +57,7 @@ def attempt_rows(conn: Conn, batch_id: UUID, *, rerun: bool, after: int, limit: 
     original its own idx, for a re-run its source_idx (the two orders agree: a re-run keeps its source's order)."""
     key = "source_idx" if rerun else "idx"
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute(f"SELECT {key}, idx, response_segment, response_offset, response_length, state, error"
+    cur.execute(f"SELECT {key}, idx, {SEGMENT}, response_offset, response_length, state, error"
                 f" FROM batch_items WHERE batch_id = %s AND {key} IS NOT NULL AND {key} > %s ORDER BY {key} LIMIT %s",
                 (batch_id, after, limit))
     return cur.fetchall()  # type: ignore[no-any-return]

@@ -152,6 +152,8 @@ def finished_usage(conn: Conn, batch_ids: Sequence[UUID]) -> dict[UUID, Row]:
     return {row["batch_id"]: row for row in rows}
 
 
+# An item's response segment by its name: its row keeps a code (migration 0030: response_segment_code on write).
+SEGMENT = "response_segment_name(response_segment) AS response_segment"
 _ITEM_COLUMNS = "idx, custom_id, state, model, error, error_code, started_at, finished_at, source_idx"
 
 
@@ -206,7 +208,7 @@ def state_clauses(*, status: str | None, finished: bool | None, search: str | No
 def get_item(conn: Conn, batch_id: UUID, idx: int) -> Row | None:
     """One item with where its response is stored."""
     return conn.execute(  # type: ignore[no-any-return]
-        f"SELECT {_ITEM_COLUMNS}, response_segment, response_offset, response_length FROM batch_items"
+        f"SELECT {_ITEM_COLUMNS}, {SEGMENT}, response_offset, response_length FROM batch_items"
         " WHERE batch_id = %s AND idx = %s", (batch_id, idx)).fetchone()
 
 
@@ -214,7 +216,7 @@ def result_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[R
     """(idx, response segment, offset, length, state, error, custom_id) of the next LIMIT items after AFTER, in idx
     order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT idx, response_segment, response_offset, response_length, state, error, custom_id"
+    cur.execute(f"SELECT idx, {SEGMENT}, response_offset, response_length, state, error, custom_id"
                 " FROM batch_items WHERE batch_id = %s AND idx > %s ORDER BY idx LIMIT %s", (batch_id, after, limit))
     return cur.fetchall()
 
@@ -223,7 +225,7 @@ def outcome_rows(conn: Conn, batch_id: UUID, *, after: int, limit: int) -> list[
     """result_rows with each item's error_code and, for an item that did not complete, the status of its usage
     event (the provider views' error lines), for the next LIMIT items after AFTER in idx order."""
     cur = conn.cursor(row_factory=tuple_row)
-    cur.execute("SELECT i.idx, i.response_segment, i.response_offset, i.response_length, i.state, i.error,"
+    cur.execute(f"SELECT i.idx, {SEGMENT}, i.response_offset, i.response_length, i.state, i.error,"
                 " i.custom_id, i.error_code, e.status FROM batch_items i LEFT JOIN usage_events e"
                 " ON i.state <> 'completed' AND e.batch_id IS NOT NULL AND e.batch_id = i.batch_id"
                 " AND e.batch_idx = i.idx WHERE i.batch_id = %s AND i.idx > %s ORDER BY i.idx LIMIT %s",

@@ -11,7 +11,6 @@ from uuid import UUID
 from adapters.base import Usage
 from app.auth_model import Caller
 from app.catalog.model import Pricing
-from app.db import Statement
 
 _NANOS_PER_DOLLAR_PER_MTOK = Decimal(1000)  # $/1M tokens → nano-dollars per token
 
@@ -53,7 +52,7 @@ class UsageEvent:
 
     def values(self) -> list[object]:
         """The column values, in COLUMNS order. A batch item's request id (`<batch id>:<idx>`) is not stored:
-        readers make it from batch_id and batch_idx (REQUEST_ID_SQL), 42 bytes a row saved."""
+        the view readers read (usage_events_full) makes it from batch_id and batch_idx, 42 bytes a row saved."""
         stored = self.batch_id is None
         return [getattr(self, name) if stored or name != "request_id" else None for name in COLUMNS]
 
@@ -72,17 +71,6 @@ class UsageEvent:
 
 
 COLUMNS = [f.name for f in fields(UsageEvent)]
-# An event's request id as the readers show it (alias `e`): a batch item's is made from its batch and index.
-REQUEST_ID_SQL = "coalesce(e.request_id, e.batch_id::text || ':' || e.batch_idx) AS request_id"
-_INSERT = (
-    f"INSERT INTO usage_events ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
-    " ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING"
-)
-
-
-def usage_statement(event: UsageEvent) -> Statement:
-    """The insert of EVENT (a second event for the same batch item is ignored)."""
-    return _INSERT, event.values()
 
 
 def cost_nanos(pricing: Pricing | None, usage: Usage) -> int | None:

@@ -1,4 +1,5 @@
-"""Usage events SQL for reading: filtered pages, a streamed export, and grouped sums (exact, in integer nanos).
+"""Usage events SQL for reading: filtered pages, a streamed export, and grouped sums (exact, in integer nanos),
+all through the usage_events_full view (never the table).
 
 Every fragment below is a constant; values always travel as parameters.
 """
@@ -13,10 +14,11 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from app.cursors import EventCursor
-from app.usage.events import REQUEST_ID_SQL
 from app.usage.queries import UsageFilter, Visibility, sum_counters
 
 Where = tuple[str, list[Any]]
+# Events as readers see them: a batch item's request id made, its batch's shared parts filled in (migration 0030).
+EVENTS = "usage_events_full"
 
 _STATUS_RANGES = {"2xx": (200, 300), "3xx": (300, 400), "4xx": (400, 500), "5xx": (500, 600)}
 _NAMED_TABLES = {"policy": ("policy_id", "policies"), "project": ("project_id", "projects"),
@@ -66,7 +68,7 @@ PRINCIPAL_NAME = ("CASE e.principal_kind WHEN 'user' THEN (SELECT name FROM user
                   " WHEN 'service_account' THEN (SELECT name FROM service_accounts WHERE id = e.principal_id)"
                   " END AS principal")
 
-_EVENT_COLUMNS = "e.id, " + REQUEST_ID_SQL + """, e.source, e.created_at, e.started_at, e.duration_ms, e.route,
+_EVENT_COLUMNS = """e.id, e.request_id, e.source, e.created_at, e.started_at, e.duration_ms, e.route,
   e.status, e.upstream_status, e.error_code, e.model_requested, e.model_resolved, e.host_id, e.host_name, e.binding_id,
   e.adapter, e.host_key_name, e.credential_kind, e.credential_id, e.relay_key_hash, e.principal_kind,
   e.principal_id, e.policy_id, e.project_id, e.team_id, e.input_tokens, e.output_tokens, e.cached_tokens,
@@ -82,9 +84,9 @@ def list_events(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, lim
     """Up to LIMIT events newest first, strictly after the cursor position when given."""
     where, params = event_where(flt, vis)
     if after is not None:
-        where += " AND (e.created_at, e.id) < (%s, %s)"
-        params += [after.created_at, after.id]
-    query = f"SELECT {_EVENT_COLUMNS} FROM usage_events e WHERE {where} ORDER BY e.created_at DESC, e.id DESC LIMIT %s"
+        where += " AND e.created_at <= %s AND (e.created_at, e.id) < (%s, %s)"  # the first for the index
+        params += [after.created_at, after.created_at, after.id]
+    query = f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} e WHERE {where} ORDER BY e.created_at DESC, e.id DESC LIMIT %s"
     return list(conn.execute(query, [*params, limit]).fetchall())
 
 
@@ -119,7 +121,7 @@ def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group
     names = "".join(", " + _GROUP_NAMES[name] for name in group_by if name in _GROUP_NAMES)
     order = ", ".join(f"g.{alias}" for _, alias in pairs)
     first = "g.bucket, " if bucket is not None else ""
-    query = (f"SELECT g.*{names} FROM (SELECT {outputs}, {_AGGREGATES} FROM usage_events e WHERE {where}"
+    query = (f"SELECT g.*{names} FROM (SELECT {outputs}, {_AGGREGATES} FROM {EVENTS} e WHERE {where}"
              f" GROUP BY {exprs}) g ORDER BY {first}g.requests DESC, {order} LIMIT %s")
     rows = conn.execute(query, [*params, max_rows + 1]).fetchall()
     if len(rows) > max_rows:  # some groups are left out: total them in SQL
@@ -128,7 +130,7 @@ def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group
 
 
 def _totals(conn: Connection[Any], where: str, params: list[Any]) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {_AGGREGATES} FROM usage_events e WHERE {where}", params).fetchone()
+    row = conn.execute(f"SELECT {_AGGREGATES} FROM {EVENTS} e WHERE {where}", params).fetchone()
     assert row is not None
     return row
 
@@ -137,12 +139,16 @@ def event_where(flt: UsageFilter, vis: Visibility) -> Where:
     """The WHERE clause (over alias `e`) and its parameters for FLT as seen by VIS."""
     clauses, params = _visibility(vis)
     simple = (("e.source = %s", flt.source), ("e.created_at >= %s", flt.from_), ("e.created_at < %s", flt.to),
-              ("e.model_requested = %s", flt.model), ("e.credential_id = %s", flt.credential),
+              ("e.model_requested = %s", flt.model),
               ("e.batch_id = %s", flt.batch_id), ("e.error_code = %s", flt.error_code))
     for clause, value in simple:
         if value is not None:
             clauses.append(clause)
             params.append(value)
+    if flt.credential is not None:
+        clause, values = _attributed("a.credential_id = %s", [flt.credential])
+        clauses.append(clause)
+        params += values
     if flt.status is not None:
         low, high = _STATUS_RANGES[flt.status]
         clauses.append("e.status >= %s AND e.status < %s")
@@ -168,12 +174,24 @@ def _visibility(vis: Visibility) -> tuple[list[str], list[Any]]:
     if vis.admin:
         return [], []
     if vis.relay_key_hash is not None:
-        return ["e.credential_kind = 'relay_key'", "e.credential_id = %s", "e.relay_key_hash = %s"], [
-            vis.credential_id, vis.relay_key_hash]
+        clause, params = _attributed("a.credential_kind = 'relay_key' AND a.credential_id = %s"
+                                     " AND a.relay_key_hash = %s", [vis.credential_id, vis.relay_key_hash])
+        return [clause], params
     if vis.user_id is not None:
-        return ["e.credential_kind = 'inference_token'", "e.principal_kind = 'user'", "e.principal_id = %s"], [
-            vis.user_id]
+        clause, params = _attributed("a.credential_kind = 'inference_token' AND a.principal_kind = 'user'"
+                                     " AND a.principal_id = %s", [vis.user_id])
+        return [clause], params
     return ["false"], []  # a reader with no identity sees nothing
+
+
+def _attributed(clause: str, params: list[Any]) -> Where:
+    """CLAUSE (over alias `a`: attribution columns, named alike in usage_events and usage_batch_shared) holds for
+    the event's own attribution or its batch's: the events that carry theirs are found through the table's own
+    indexes (usage_events_credential, usage_events_principal), the others through their batches' shared rows (the
+    view's CASE columns would hide both from the planner)."""
+    return (f"e.id IN (SELECT a.id FROM usage_events a WHERE a.shared IS NULL AND {clause} UNION ALL"
+            f" SELECT u.id FROM usage_batch_shared a JOIN usage_events u ON u.batch_id = a.batch_id"
+            f" WHERE u.shared IS NOT NULL AND {clause})", [*params, *params])
 
 
 def name_or_id_clause(column: str, table: str, value: str) -> Where:

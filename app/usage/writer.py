@@ -26,7 +26,8 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from app.db import Statement
-from app.usage.events import COLUMNS, UsageEvent, usage_statement
+from app.usage.events import UsageEvent
+from app.usage.shared import STORED_COLUMNS, shared_rows, stored_values
 
 log = logging.getLogger("relay.usage.writer")
 ItemKey = tuple[UUID, int]
@@ -103,13 +104,22 @@ def correct_late_usage(conn: psycopg.Connection[Any], late: Sequence[UsageEvent]
 
 
 def _insert_events(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
-    """One event: a plain insert; several: one COPY (the batch unique index still refuses a second event)."""
-    if len(events) == 1:
-        conn.execute(*usage_statement(events[0]))
-    elif events:
-        with conn.cursor().copy(f"COPY usage_events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
-            for event in events:
-                copy.write_row(event.values())
+    """One event: a plain insert; several: one COPY (the batch unique index still refuses a second event). A batch
+    item's event leaves out what its batch's shared row holds (app/usage/shared.py)."""
+    shared = shared_rows(conn, events)
+    rows = [stored_values(e, shared.get(e.batch_id) if e.batch_id is not None else None) for e in events]
+    if len(rows) == 1:
+        conn.execute(_INSERT, rows[0])
+    elif rows:
+        with conn.cursor().copy(f"COPY usage_events ({', '.join(STORED_COLUMNS)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+_INSERT = (
+    f"INSERT INTO usage_events ({', '.join(STORED_COLUMNS)}) VALUES ({', '.join(['%s'] * len(STORED_COLUMNS))})"
+    " ON CONFLICT (batch_id, batch_idx) WHERE batch_id IS NOT NULL DO NOTHING"
+)
 
 
 def _side_writes(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> None:

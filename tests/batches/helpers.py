@@ -94,7 +94,7 @@ def results(client: Any, key: str, batch_id: str) -> list[dict[str, Any]]:
 
 def usage_events(runtime: Runtime, batch_id: str) -> list[dict[str, Any]]:
     with runtime.pool.connection() as conn:
-        rows = conn.execute("SELECT * FROM usage_events WHERE batch_id = %s ORDER BY batch_idx",
+        rows = conn.execute("SELECT * FROM usage_events_full WHERE batch_id = %s ORDER BY batch_idx",
                             (batch_id,)).fetchall()
     return [dict(r) for r in rows]  # type: ignore[call-overload]
 

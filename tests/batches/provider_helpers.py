@@ -62,7 +62,8 @@ def batch_uuid(provider_id: str) -> UUID:
 def usage_by_custom_id(runtime: Runtime, provider_id: str) -> dict[str, dict[str, Any]]:
     """The batch's usage events by custom_id (asserting one per item)."""
     with runtime.pool.connection() as conn:
-        rows = conn.execute("SELECT * FROM usage_events WHERE batch_id = %s", (batch_uuid(provider_id),)).fetchall()
+        rows = conn.execute("SELECT * FROM usage_events_full WHERE batch_id = %s",
+                            (batch_uuid(provider_id),)).fetchall()
     found = {row["custom_id"]: dict(row) for row in rows}
     assert len(found) == len(rows), "one usage event per item, each with its own custom_id"
     return found

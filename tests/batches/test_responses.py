@@ -9,13 +9,15 @@ from typing import Any
 from uuid import UUID
 
 from app import payload_files
+from app.batches.store import SEGMENT
+from app.payload_port import SEGMENT_NAME
 from app.payloads import FolderStore
 from tests.batches.helpers import CHAT, results, run_in_process, submit, usage_events
 
 
 def _refs(runtime: Any, batch_id: str) -> list[tuple[str, str | None, int | None, int | None]]:
     with runtime.pool.connection() as conn:
-        rows = conn.execute("SELECT state, response_segment, response_offset, response_length FROM batch_items"
+        rows = conn.execute(f"SELECT state, {SEGMENT}, response_offset, response_length FROM batch_items"
                             " WHERE batch_id = %s ORDER BY idx", (batch_id,)).fetchall()
     return [(r["state"], r["response_segment"], r["response_offset"], r["response_length"]) for r in rows]
 
@@ -58,3 +60,19 @@ def test_a_response_that_cannot_be_synced_discards_the_item_and_commits_no_ref(c
     assert all("response" not in r and r["error"].startswith("cannot store the response") for r in served)
     monkeypatch.setattr(payload_files, "SYNC_FAILURE_HOLD_S", 0.0)
     payloads.close()
+
+
+def test_an_items_row_keeps_a_code_of_its_segment_and_rows_with_a_whole_name_still_serve(client, key,
+                                                                                        runtime) -> None:
+    batch_id = str(submit(client, key, [CHAT] * 2).json["id"])
+    assert run_in_process(runtime, batch_id, 2) == ["completed"] * 2
+    name = _refs(runtime, batch_id)[0][1]
+    assert name is not None and SEGMENT_NAME.fullmatch(name)
+    with runtime.pool.connection() as conn:
+        stored = conn.execute("SELECT response_segment FROM batch_items WHERE batch_id = %s ORDER BY idx",
+                              (batch_id,)).fetchall()
+        assert [r["response_segment"] for r in stored] == [name.removeprefix("responses-").removesuffix(".seg")] * 2
+        conn.execute("UPDATE batch_items SET response_segment = %s WHERE batch_id = %s AND idx = 1",
+                     (name, batch_id))  # as an earlier version wrote it
+    assert [r["response"]["object"] for r in results(client, key, batch_id)] == ["chat.completion"] * 2
+    assert {segment for _, segment, _, _ in _refs(runtime, batch_id)} == {name}
