@@ -26,6 +26,17 @@ def upstream() -> Iterator[FakeUpstream]:
     fake.stop()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _nothing_of_another_file(runtime, upstream) -> None:  # type: ignore[no-untyped-def]
+    """A file starts with the fake upstream's behaviours back to the start and every batch an earlier file left
+    unfinished cancelled and finished: a worker runs the folder's files in any order, and items published to the
+    workers a file stopped would hold the next file's dispatch window (a file never needs another's batches: under
+    xdist it may run on another database)."""
+    upstream.reset()
+    with runtime.pool.connection() as conn:
+        conn.execute("UPDATE batches SET status = 'cancelled', finished_at = now() WHERE finished_at IS NULL")
+
+
 @pytest.fixture(scope="module")
 def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
     """Two `relay worker` processes of four threads each, with WORKER_SETTINGS, for the module's tests."""
