@@ -7,11 +7,13 @@ Tiers (pytest markers, registered in pyproject.toml):
 - `slow`: the process tests that take minutes (fault injection, the cluster, the console, fuzzing, benchmarks).
   The default local `scripts/test.sh` deselects it; `CI=true` runs everything.
 
-Parallel groups (pytest-xdist, `--dist loadgroup`): every file is marked one group, the cluster's and the console's
-folders one each; under pytest 9.2 the scheduler does not read the marks, so each test is scheduled on its own (see
-docs/development.md, `scripts/test.sh`: scheduling by file replaces a folder's session catalog under it). A test
-using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios would spread over the processes (each
-builds that session fixture once for those it runs).
+Parallel groups (pytest-xdist, `--dist loadgroup`): every file is one group, the cluster's and the console's folders
+one each, so a module's processes start once, one run starts one local cluster, and the console has one browser
+and one screenshots folder. The group reaches the scheduler in the test's node id (`schedule_by_group`; under
+pytest 9.2 pytest-xdist 3.8's own way no longer does, and every test was scheduled alone). A worker then runs
+several folders' files in turn, so a folder that applies catalogs has a database of its own (tests/databases.py,
+docs/development.md). A test using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios spread
+over the processes (each builds that session fixture once for those it runs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 ROOT = Path(__file__).resolve().parent
 # Folders whose tests start Relay's processes by their fixtures or helpers.
@@ -63,7 +66,7 @@ def group(item: pytest.Item) -> str:
         return folder
     if SPREAD_FIXTURES & set(getattr(item, "fixturenames", ())):
         return item.nodeid.replace("[", "(").replace("]", ")")  # no "]": xdist reads a group after the last one
-    return str(item.path.resolve().relative_to(ROOT.parent)) if item.path.is_relative_to(ROOT.parent) else item.nodeid
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
@@ -73,3 +76,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, name))
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
+        if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
+            schedule_by_group(item)
+
+
+def schedule_by_group(item: pytest.Item) -> None:
+    """Give ITEM the node id `<id>@<group>` that --dist loadgroup schedules by, as pytest-xdist means to: its 3.8
+    sets the `_nodeid` attribute pytest 9.2 no longer reads, so without this every test was scheduled on its own (a
+    file's module fixtures, and the cluster, started on several workers at once)."""
+    if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
+        return
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter

@@ -1,22 +1,5 @@
-"""Admin API tests apply whole catalogs: they run on the catalog tests' own database."""
+"""Admin API tests apply whole catalogs: they run on a database of their own (tests/databases.py)."""
 
-from __future__ import annotations
+from tests.databases import database_fixtures
 
-import pytest
-
-from tests.catalog.private_db import private_app, private_runtime
-
-
-@pytest.fixture(scope="module")
-def runtime(settings):  # type: ignore[no-untyped-def]
-    return private_runtime(settings)
-
-
-@pytest.fixture(scope="module")
-def app(settings):  # type: ignore[no-untyped-def]
-    return private_app(settings)
-
-
-@pytest.fixture()
-def client(app):  # type: ignore[no-untyped-def]
-    return app.test_client()
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("api")

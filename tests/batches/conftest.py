@@ -10,6 +10,10 @@ import pytest
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.processes import RelayProcess, start_workers
 from tests.batches.helpers import batch_catalog
+from tests.databases import database_fixtures
+
+# A database and vhost of this folder's own: its catalog replaces no other folder's (tests/databases.py).
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("batches")
 
 # Fast settings for the worker processes of these tests.
 WORKER_SETTINGS = {"batch_item_time_limit_s": 4, "worker_heartbeat_s": 0.5, "worker_lost_after_s": 5}
@@ -20,6 +24,17 @@ def upstream() -> Iterator[FakeUpstream]:
     fake = start_fake_upstream()
     yield fake
     fake.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nothing_of_another_file(runtime, upstream) -> None:  # type: ignore[no-untyped-def]
+    """A file starts with the fake upstream's behaviours back to the start and every batch an earlier file left
+    unfinished cancelled and finished: a worker runs the folder's files in any order, and items published to the
+    workers a file stopped would hold the next file's dispatch window (a file never needs another's batches: under
+    xdist it may run on another database)."""
+    upstream.reset()
+    with runtime.pool.connection() as conn:
+        conn.execute("UPDATE batches SET status = 'cancelled', finished_at = now() WHERE finished_at IS NULL")
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +83,8 @@ def make_token(admin, catalog) -> Callable[..., dict[str, Any]]:  # type: ignore
     return make
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def key(make_key) -> str:  # type: ignore[no-untyped-def]
+    """A relay key of the module's own: what a module lists by it (a batch owner is a key) is its own batches, in
+    whatever order a worker runs the folder's files."""
     return str(make_key()["key"])

@@ -1,3 +1,6 @@
-"""These tests apply whole catalogs: they run on the catalog tests' own database."""
+"""These tests apply whole catalogs: they run on a database of their own (tests/databases.py)."""
 
-from tests.catalog.private_fixtures import app, client, relay, runtime, settings, settings_env  # noqa: F401
+from tests.catalog.helpers import relay  # noqa: F401  (a fixture)
+from tests.databases import database_fixtures
+
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("credentials")

@@ -12,7 +12,11 @@ import requests
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.processes import RelayProcess, start_api
 from devtools.waiting import until
+from tests.databases import database_fixtures
 from tests.pipeline.conftest import pipeline_catalog
+
+# A database and vhost of this folder's own: its catalog replaces no other folder's (tests/databases.py).
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("live")
 
 DEADLINES = {"RELAY_API_HEADER_TIMEOUT_S": "1", "RELAY_API_IO_TIMEOUT_S": "1"}
 LEASED = 200  # the `leased` policy's requests per 3 s window (`leased-12s`: the same per 12 s)

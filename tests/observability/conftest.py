@@ -14,8 +14,12 @@ from app.runtime import Runtime
 from app.settings import Settings
 from devtools.fake_upstream.harness import FakeUpstream, start_fake_upstream
 from devtools.otlp_receiver import OtlpReceiver
+from tests.databases import database_fixtures
 from tests.observability.tracing_helpers import tracing_catalog
 from tests.usage.conftest import admin_headers, new_key
+
+# A database and vhost of this folder's own: its catalog replaces no other folder's (tests/databases.py).
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("observability")
 
 LOOPBACK_CALLBACKS = {"webhook_allowed_hosts": "127.0.0.1", "webhook_allowed_networks": "127.0.0.0/8"}
 

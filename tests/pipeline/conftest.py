@@ -9,7 +9,11 @@ import pytest
 
 from app.pipeline.keyhealth import get_key_health
 from devtools.fake_upstream.harness import start_fake_upstream
+from tests.databases import database_fixtures
 from tests.pipeline.helpers import settle
+
+# A database and vhost of this folder's own: its catalog replaces no other folder's (tests/databases.py).
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("pipeline")
 
 PRICED = {"input_per_mtok": 0.15, "output_per_mtok": 0.60, "cached_input_per_mtok": 0.075}
 

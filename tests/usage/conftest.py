@@ -17,6 +17,10 @@ from app.auth import authenticate
 from app.auth_model import Caller
 from app.usage.events import UsageEvent
 from app.usage.writer import UsageRecord, commit_records
+from tests.databases import database_fixtures
+
+# A database and vhost of this folder's own: its catalog replaces no other folder's (tests/databases.py).
+services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("usage")
 
 T0 = datetime(2020, 3, 1, tzinfo=UTC)
 WINDOW = {"from": "2020-03-01T00:00:00Z", "to": "2020-03-03T00:00:00Z"}
