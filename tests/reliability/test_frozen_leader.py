@@ -22,9 +22,9 @@ THREADS = 8
 FROZEN_S = 15.0
 
 
-def owner_of_port(port: int, pids: list[int]) -> int | None:
-    """Which of PIDS has the TCP socket whose local port is PORT."""
-    return next((pid for pid in pids if any(local == port for local, _ in tcp_sockets(pid))), None)
+def ports_of(pids: list[int]) -> dict[int, int]:
+    """The local port of every TCP socket of PIDS, and whose it is."""
+    return {local: pid for pid in pids for local, _ in tcp_sockets(pid)}
 
 
 def leader_port(conn: psycopg.Connection) -> int | None:
@@ -36,16 +36,23 @@ def leader_port(conn: psycopg.Connection) -> int | None:
 
 
 def freeze_the_leader(conn: psycopg.Connection, pids: list[int], timeout: float = 60) -> int:
-    """SIGSTOP the worker process caught holding the dispatcher's lock; its pid."""
+    """SIGSTOP the worker process caught holding the dispatcher's lock; its pid. A pass holds the lock for a few
+    milliseconds, on one of its process's pooled connections: their ports are read from /proc once (again for a
+    port not seen yet), so that the stop follows the sighting at once, not after a read of /proc (on a loaded
+    machine, long enough for every pass to have let go: a run once never caught one in 60 s)."""
     deadline = time.monotonic() + timeout
+    owners: dict[int, int] = {}
     while time.monotonic() < deadline:
         port = leader_port(conn)
-        pid = owner_of_port(port, pids) if port else None
-        if pid is not None:
-            os.kill(pid, signal.SIGSTOP)
-            if leader_port(conn) == port:
-                return pid
-            os.kill(pid, signal.SIGCONT)  # it let go before it stopped: try again
+        if port is None:
+            continue
+        if port not in owners:
+            owners = ports_of(pids)
+            continue
+        os.kill(owners[port], signal.SIGSTOP)
+        if leader_port(conn) == port:
+            return owners[port]
+        os.kill(owners[port], signal.SIGCONT)  # it let go before it stopped: try again
     raise AssertionError("never caught a worker holding the dispatcher's lock")
 
 
