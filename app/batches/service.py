@@ -39,9 +39,10 @@ from schemas.batch_ids import parse_batch_id
 from schemas.batches import ITEM_STATES
 from schemas.durations import format_duration, parse_duration
 
+CANCEL_ATTEMPTS = 3  # a cancel chosen as a deadlock's victim (beside a group commit of its items) runs again
+
 if TYPE_CHECKING:
     from app.payload_files import Body
-
 
 
 def submit_batch(runtime: Runtime, caller: Caller, raw: bytes | bytearray,
@@ -240,18 +241,30 @@ def _page(views: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     return {"data": views, "next_cursor": encode_cursor(last["created_at"], last["id"]) if last else None}
 
 
+def _cancel_queued_items(conn: psycopg.Connection[Any], caller: Caller | None, batch_id: str) -> dict[str, Any]:
+    """The batch marked cancelled and its queued items cancelled, in one transaction; its row."""
+    with conn.transaction():
+        row = owned_batch(conn, caller, batch_id)
+        if row["status"] != "cancelled" and _all_final(store.item_counts(conn, row["id"], row["total"])):
+            raise BatchAlreadyFinished(message="every item of the batch is already final: nothing to cancel")
+        store.mark_cancelled(conn, row["id"])
+        cancel_queued(conn, row)
+        store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
+    return row
+
+
 def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
     """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker.
     BatchAlreadyFinished (409) when every item was final before any cancel: nothing is cancelled or changed.
     A caller of None is the operator (admin routes only)."""
     with runtime.pool.connection() as conn:
-        with conn.transaction():
-            row = owned_batch(conn, caller, batch_id)
-            if row["status"] != "cancelled" and _all_final(store.item_counts(conn, row["id"], row["total"])):
-                raise BatchAlreadyFinished(message="every item of the batch is already final: nothing to cancel")
-            store.mark_cancelled(conn, row["id"])
-            cancel_queued(conn, row)
-            store.notify(conn, store.CANCEL_CHANNEL, str(row["id"]))
+        for attempt in range(CANCEL_ATTEMPTS):
+            try:
+                row = _cancel_queued_items(conn, caller, batch_id)
+                break
+            except psycopg.errors.TransactionRollback:  # chosen as a deadlock's victim: nothing of it was kept
+                if attempt == CANCEL_ATTEMPTS - 1:
+                    raise
         with conn.transaction():
             lifecycle.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
