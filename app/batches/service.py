@@ -256,15 +256,20 @@ def _cancel_queued_items(conn: psycopg.Connection[Any], caller: Caller | None, b
 def cancel_batch(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
     """Cancel the batch (idempotent): queued items cancelled now, running ones stopped by every worker.
     BatchAlreadyFinished (409) when every item was final before any cancel: nothing is cancelled or changed.
-    A caller of None is the operator (admin routes only)."""
+    A caller of None is the operator (admin routes only). Run again, whole, when Postgres picks one of its
+    transactions as a deadlock's victim beside a group commit of the batch's items (what it did before stays done)."""
+    for attempt in range(CANCEL_ATTEMPTS):
+        try:
+            return _cancel(runtime, caller, batch_id)
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+            if attempt == CANCEL_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _cancel(runtime: Runtime, caller: Caller | None, batch_id: str) -> dict[str, Any]:
     with runtime.pool.connection() as conn:
-        for attempt in range(CANCEL_ATTEMPTS):
-            try:
-                row = _cancel_queued_items(conn, caller, batch_id)
-                break
-            except psycopg.errors.TransactionRollback:  # chosen as a deadlock's victim: nothing of it was kept
-                if attempt == CANCEL_ATTEMPTS - 1:
-                    raise
+        row = _cancel_queued_items(conn, caller, batch_id)
         with conn.transaction():
             lifecycle.finish_batch(conn, row["id"])
         fresh = store.get_batch(conn, row["id"]) or row
