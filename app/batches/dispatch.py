@@ -66,7 +66,6 @@ class Dispatcher:
         self._starts = pacing.StartBudget()  # paced policies' items published at their share's rate
         self._paced_shares = PacedShares()  # ... and split fairly between the owners waiting on each
         self._paced_held = False  # the last pass left paced items for later: pass again in pacing.PACE_STEP_S
-        self._paced_batches: set[UUID] = set()  # the batches the last pass cut to their pace
         self._window_full = False  # the last pass stopped at the window: finishing items should wake us
         self._refill = 16  # finished local items that make a pass worth it while the window is full
         self._finished = 0
@@ -148,7 +147,7 @@ class Dispatcher:
         with self.runtime.pool.connection() as conn, conn.transaction():
             if not outbox.try_leader_lock(conn, DISPATCH_LOCK):
                 return 0
-            batches = self._paced(conn, outbox.outbox_batches(conn))
+            batches, paced = self._paced(conn, outbox.outbox_batches(conn))
             if not batches:
                 self._window_full = False
                 return 0
@@ -162,8 +161,8 @@ class Dispatcher:
                 self._window_full = True
                 return 0
             messages, cursors = plan_pass(batches, room, group, flying)
-            self.publisher.publish([m for m in messages if m.batch_id not in self._paced_batches])
-            self._spread([m for m in messages if m.batch_id in self._paced_batches])
+            self.publisher.publish([m for m in messages if m.batch_id not in paced])
+            self._spread([m for m in messages if m.batch_id in paced])
             outbox.advance(conn, cursors)
         published = sum(len(m.idxs) for m in messages)
         # The window, not the backlog, stopped this pass: items finishing here must wake the next one (the poll
@@ -181,17 +180,18 @@ class Dispatcher:
                 self._stop.wait(pacing.PACE_STEP_S / parts)
             self.publisher.publish(messages[part * len(messages) // parts:(part + 1) * len(messages) // parts])
 
-    def _paced(self, conn: Any, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _paced(self, conn: Any, batches: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[UUID]]:
         """BATCHES with those of paced policies cut to what their limits let start now (pacing.publishable, less
         what is published and not started yet), so their items do not wait in worker threads for budget, and to
         their share's steady rate (pacing.StartBudget), so budget released before they came is not one burst;
-        split fairly between the owners waiting on each policy (scheduler.PacedShares)."""
+        split fairly between the owners waiting on each policy (scheduler.PacedShares); and the ids of those
+        batches."""
         policies = get_catalog(self.runtime).snapshot().policies
         paced = {b["policy_id"]: policy for b in batches if (policy := policies.get(b["policy_id"])) is not None
                  and policy.batch_pace and policy.rate_limits}
-        self._paced_batches = {b["id"] for b in batches if b["policy_id"] in paced}
+        paced_ids = {b["id"] for b in batches if b["policy_id"] in paced}
         if not paced:
-            return batches
+            return batches, paced_ids
         now = time.time()
         windows = pacing.current_windows(conn, [limit for p in paced.values() for limit in p.rate_limits], now)
         started = outbox.paced_unstarted(conn, list(paced))
@@ -210,7 +210,7 @@ class Dispatcher:
             self._paced_held |= sum(b["total"] for b in cut) < sum(b["total"] for b in batches
                                                                    if b["policy_id"] == policy_id)
             kept += cut
-        return kept
+        return kept, paced_ids
 
     def recover_lost_messages(self) -> None:
         """Publish again queued items whose message is long gone (the queue is empty yet they never ran), or, while
