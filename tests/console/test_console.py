@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import requests
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -253,13 +254,17 @@ def test_pages_fit_a_phone_and_work_from_the_keyboard(console: Console, console_
         console.viewport(DESKTOP)
 
 
-def _tab_to(console: Console, wanted: Any, presses: int = 30) -> Any:
-    """Press Tab until the focused element is WANTED; the element."""
+def _tab_to(console: Console, wanted: Any, presses: int = 60) -> Any:
+    """Press Tab until the focused element is WANTED; the element. The batches page refreshes itself: an element
+    replaced between the press and the look is stale, and the next press goes on from wherever focus is then."""
     for _ in range(presses):
-        console.driver.switch_to.active_element.send_keys(Keys.TAB)
-        element = console.driver.switch_to.active_element
-        if wanted(element):
-            return element
+        try:
+            console.driver.switch_to.active_element.send_keys(Keys.TAB)
+            element = console.driver.switch_to.active_element
+            if wanted(element):
+                return element
+        except StaleElementReferenceException:
+            continue
     raise AssertionError("the element was not reachable with the Tab key")
 
 
