@@ -163,7 +163,8 @@ def test_rerun_errors_are_told_with_their_codes(relay_api, workers, make_key, tm
 def test_a_paced_batchs_status_shows_its_rate_and_expected_finish(relay_api, workers, make_key,  # type: ignore[no-untyped-def]
                                                                   tmp_path: Path) -> None:
     key = make_key("paced")["key"]
-    submitted = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, *[CHAT] * 40)), "--shape", "openai",
+    # 400 items at 120 a minute: waiting for minutes, past the three CLI starts on a loaded machine (40 ended once).
+    submitted = cli(relay_api.url, key, "submit", str(_jsonl(tmp_path, *[CHAT] * 400)), "--shape", "openai",
                     "--yes")
     assert submitted.returncode == 0, submitted.stderr
     assert "timing (your policy paces batches): paced (0.5 of the limits, 120 items/min): the last item starts in" \
