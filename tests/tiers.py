@@ -4,8 +4,9 @@ Tiers (pytest markers, registered in pyproject.toml):
 - `unit`: no service at all (pure functions, schemas, adapters, docs);
 - `engine`: the real Postgres and RabbitMQ in this process (the Flask app, a Runtime, the group writer);
 - `process`: starts Relay's own processes (`relay api`, `relay worker`, whole stacks, the browser);
-- `slow`: the process tests that take minutes (fault injection, the cluster, the console, fuzzing, benchmarks).
-  The default local `scripts/test.sh` deselects it; `CI=true` runs everything.
+- `slow`: the process tests that take minutes (fault injection, the cluster, the console, fuzzing, benchmarks), and
+  any file that took SLOW_SHARE or more of the recorded run (below). The default local `scripts/test.sh` deselects
+  it; `CI=true` runs everything.
 
 Parallel groups (pytest-xdist, `--dist loadgroup`): every file is one group, the cluster's and the console's folders
 one each, so a module's processes start once, one run starts one local cluster, and the console has one browser
@@ -14,10 +15,19 @@ pytest 9.2 pytest-xdist 3.8's own way no longer does, and every test was schedul
 several folders' files in turn, so a folder that applies catalogs has a database of its own (tests/databases.py,
 docs/development.md). A test using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios spread
 over the processes (each builds that session fixture once for those it runs).
+
+Order (`order_by_weight`): the groups reach the scheduler longest first, by the seconds each file took in a recorded
+run (tests/timings.json, written by `python -m devtools.test_timings`), and scripts/test.sh passes
+`--no-loadscope-reorder` so pytest-xdist keeps that order instead of its own (most tests first). A worker takes the
+next group when it is almost done with its own, so the long groups (the cluster's, the faults) start at once and the
+short ones fill in around them; a run's length is then about the longest group's or a third of the total, whichever
+is larger. A file the record does not know weighs UNKNOWN_TEST_S a test.
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -37,7 +47,12 @@ PROCESS_FIXTURES = {"relay_api", "workers", "stack", "private_stack", "replicas"
 # the console's browser, its stack and its screenshots folder, test-artifacts/console).
 SHARED_GROUPS = {"cluster", "console"}
 # Session fixtures every process may build once for itself: the tests using one spread (a group each).
-SPREAD_FIXTURES = {"bench_env"}
+SPREAD_FIXTURES = {"bench_env", "fuzz_stack"}
+TIMINGS = ROOT / "timings.json"
+UNKNOWN_TEST_S = 1.0
+# A file that took this share of the recorded run or more is slow too, wherever it is (a CLI file whose tests each
+# start processes, the slow clients' deadlines): the default local run stays short.
+SLOW_SHARE = 0.015
 
 
 def _folder(item: pytest.Item) -> str:
@@ -48,14 +63,22 @@ def _folder(item: pytest.Item) -> str:
     return parts[0] if len(parts) > 1 else ""
 
 
-def tiers(item: pytest.Item) -> list[str]:
-    """The tier of ITEM (`unit`, `engine` or `process`), plus `slow`: its folder and the fixtures it uses decide."""
+def tiers(item: pytest.Item, seconds: dict[str, float] | None = None) -> list[str]:
+    """The tier of ITEM (`unit`, `engine` or `process`), plus `slow`: its folder, its marks and the fixtures it uses
+    decide, and so does its file's share of the recorded run (SECONDS: at least SLOW_SHARE of it is slow)."""
     folder = _folder(item)
     slow = folder in SLOW_DIRS or any(item.get_closest_marker(mark) for mark in SLOW_MARKS)
     fixtures = set(getattr(item, "fixturenames", ()))
     if slow or folder in PROCESS_DIRS or fixtures & PROCESS_FIXTURES:
-        return ["process", "slow"] if slow else ["process"]
-    return ["engine"] if "services" in fixtures else ["unit"]
+        tier = "process"
+    else:
+        tier = "engine" if "services" in fixtures else "unit"
+    return [tier, "slow"] if slow or _recorded_slow(_file(item), seconds or {}) else [tier]
+
+
+def _recorded_slow(name: str, seconds: dict[str, float]) -> bool:
+    total = sum(seconds.values())
+    return total > 0 and seconds.get(name, 0.0) >= SLOW_SHARE * total
 
 
 def group(item: pytest.Item) -> str:
@@ -69,15 +92,52 @@ def group(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("relay_test_timings", "the recorded seconds per test file that order the groups (default: "
+                  "tests/timings.json; a relative path is from the rootdir)", default="")
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    named = str(config.getini("relay_test_timings"))
+    seconds = recorded_seconds(config.rootpath / named if named else TIMINGS)
     for item in items:
-        for name in tiers(item):
+        for name in tiers(item, seconds):
             item.add_marker(getattr(pytest.mark, name))
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
         if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
             schedule_by_group(item)
+    if getattr(config.option, "loadgroup", False):
+        items[:] = order_by_weight(items, seconds)
+
+
+def recorded_seconds(path: Path = TIMINGS) -> dict[str, float]:
+    """The seconds each test file took in the recorded run (file path from the checkout's root → seconds)."""
+    try:
+        return {str(name): float(seconds) for name, seconds in json.loads(path.read_text())["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def order_by_weight(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
+    """ITEMS with their groups longest first (a group's weight: its tests' shares of their files' recorded seconds),
+    the tests of a group in their collected order."""
+    per_file: dict[str, int] = defaultdict(int)
+    for item in items:
+        per_file[_file(item)] += 1
+    weight: dict[str, float] = defaultdict(float)
+    for item in items:
+        name = _file(item)
+        weight[scheduled_group(item)] += seconds.get(name, UNKNOWN_TEST_S * per_file[name]) / per_file[name]
+    groups = [scheduled_group(item) for item in items]
+    first_seen = {name: index for index, name in reversed(list(enumerate(groups)))}
+    order = sorted(range(len(items)), key=lambda index: (-weight[groups[index]], first_seen[groups[index]]))
+    return [items[index] for index in order]
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def schedule_by_group(item: pytest.Item) -> None:
@@ -86,6 +146,10 @@ def schedule_by_group(item: pytest.Item) -> None:
     file's module fixtures, and the cluster, started on several workers at once)."""
     if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
         return
-    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                    for mark in item.iter_markers("xdist_group")})
-    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter
+    item._id = NodeId.parse(f"{item.nodeid}@{scheduled_group(item)}")  # pytest has no public setter
+
+
+def scheduled_group(item: pytest.Item) -> str:
+    """The group ITEM's xdist_group marks give it (as pytest-xdist joins them)."""
+    return "_".join(sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                            for mark in item.iter_markers("xdist_group")}))
