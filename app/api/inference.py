@@ -17,7 +17,7 @@ from app.access.cache import get_catalog
 from app.api.bodies import decode_object, json_text, read_body, require_json
 from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error, shaped_headers
-from app.api.openapi import error_answers
+from app.api.openapi import error_answers, with_docs
 from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.errors import (
     PayloadTooLarge,
@@ -146,11 +146,11 @@ def _register() -> None:
             route = prefix + path
             view = error_answers(blp, *_INFERENCE_ERRORS, schema=ShapedErrorSchema)(_inference_view(shape, route))
             blp.add_url_rule(route, endpoint=f"{shape}{prefix.replace('/', '_')}",
-                             view_func=blp.doc(**_INFERENCE_DOC)(view), methods=["POST"])
+                             view_func=with_docs(view, blp.doc(**_INFERENCE_DOC)), methods=["POST"])
         models = error_answers(blp, 401, schema=ShapedErrorSchema)(_models_view(prefix.startswith("/anthropic")))
-        models = blp.doc(security=_INFERENCE_DOC["security"], responses={"200": {
+        models = with_docs(models, blp.doc(security=_INFERENCE_DOC["security"], responses={"200": {
             "description": "the models the caller's policy grants", "content": {
-                "application/json": {"schema": {"type": "object"}}}}})(models)
+                "application/json": {"schema": {"type": "object"}}}}}))
         blp.add_url_rule(prefix + "/models", endpoint=f"models{prefix.replace('/', '_')}", view_func=models,
                          methods=["GET"])
 
