@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from flask import Flask
 from werkzeug.test import EnvironBuilder
@@ -58,12 +58,21 @@ class LiveCall:
         return content
 
 
-def cpu_per_call(call: LiveCall, calls: int) -> tuple[float, float]:
-    """Milliseconds of this process's CPU and of wall time per call, over CALLS calls."""
-    wall, cpu = time.perf_counter(), time.process_time()
+class Round(NamedTuple):
+    """Milliseconds per call of a round: this process's CPU, the calling thread's part of it, and wall time."""
+
+    cpu: float
+    thread: float
+    wall: float
+
+
+def cpu_per_call(call: LiveCall, calls: int) -> Round:
+    """The CPU and wall time per call of CALLS calls."""
+    wall, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(calls):
         call()
-    return (time.process_time() - cpu) * 1000 / calls, (time.perf_counter() - wall) * 1000 / calls
+    return Round((time.process_time() - cpu) * 1000 / calls, (time.thread_time() - thread) * 1000 / calls,
+                 (time.perf_counter() - wall) * 1000 / calls)
 
 
 def profile(call: LiveCall, calls: int, top: int) -> str:
@@ -75,6 +84,7 @@ def profile(call: LiveCall, calls: int, top: int) -> str:
         call()
     profiler.disable()
     out = io.StringIO()
+    out.write(f"{sum(row[1] for row in profiler.getstats()) / calls:.0f} Python function calls per call\n")
     stats = pstats.Stats(profiler, stream=out).strip_dirs()
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats(top)
@@ -126,10 +136,12 @@ def measure(database: str, policy: str, calls: int, rounds: int, top: int,
             call()
         cpus = []
         for _ in range(rounds):
-            cpu, wall = cpu_per_call(call, calls)
-            cpus.append(cpu)
-            report(f"{calls} calls: {cpu:.3f} ms of CPU per call, {wall:.3f} ms of wall time")
-        report(f"median: {statistics.median(cpus):.3f} ms of CPU per call ({policy} policy)")
+            got = cpu_per_call(call, calls)
+            cpus.append(got.cpu)
+            report(f"{calls} calls: {got.cpu:.3f} ms of CPU per call ({got.thread:.3f} in the calling thread, the"
+                   f" rest in the usage writer's and the leases'), {got.wall:.3f} ms of wall time")
+        report(f"median: {statistics.median(cpus):.3f} ms of CPU per call, best {min(cpus):.3f} ms ({policy} policy;"
+               " the best round is the one the machine's other processes disturbed least)")
         if top:
             report(profile(call, calls, top))
     return cpus

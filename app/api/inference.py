@@ -78,14 +78,11 @@ def _validate(shape: str, body: dict[str, Any]) -> None:
 
 
 def _respond(shape: str, result: InferenceResult) -> Response:
+    headers = list(shaped_headers(shape, result.headers).items())  # given whole: each set would scan the others
     if result.stream is not None:
-        response = Response(result.stream, status=result.status, mimetype="text/event-stream")
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Accel-Buffering"] = "no"
-    else:
-        response = Response(result.body or b"", status=result.status, content_type=result.content_type)
-    response.headers.update(shaped_headers(shape, result.headers))
-    return response
+        headers += [("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
+        return Response(result.stream, status=result.status, mimetype="text/event-stream", headers=headers)
+    return Response(result.body or b"", status=result.status, content_type=result.content_type, headers=headers)
 
 
 def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]:
