@@ -100,8 +100,9 @@ def _register_request_hooks(app: Flask) -> None:
     @app.after_request
     def add_request_id(response):  # type: ignore[no-untyped-def]
         request_id = getattr(g, "request_id", "")
-        response.headers["x-request-id"] = request_id
-        response.headers["request-id"] = request_id  # the name Anthropic's SDK reads (`request_id`)
+        # added, not set (a set scans every header): nothing but this hook names them; request-id is the name
+        # Anthropic's SDK reads (`request_id`)
+        response.headers.extend((("x-request-id", request_id), ("request-id", request_id)))
         return response
 
 

@@ -10,7 +10,7 @@ from flask import current_app, request
 from flask_smorest import Blueprint
 
 from app.api.bodies import json_text, json_value
-from app.api.openapi import error_answers
+from app.api.openapi import error_answers, with_docs
 from app.batches.validation import json_depth
 from app.credentials.errors import InvalidCredential, MissingCredential
 from app.errors import ValidationFailed
@@ -64,5 +64,5 @@ def runtime() -> Runtime:
 def documented(bp: Blueprint, summary: str, *statuses: int) -> Any:
     """OpenAPI summary, the admin security requirement, and the error answers (always 400 and 401)."""
     def decorate(func: Any) -> Any:
-        return bp.doc(summary=summary, security=SECURITY)(error_answers(bp, 400, 401, *statuses)(func))
+        return with_docs(error_answers(bp, 400, 401, *statuses)(func), bp.doc(summary=summary, security=SECURITY))
     return decorate

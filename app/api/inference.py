@@ -17,7 +17,7 @@ from app.access.cache import get_catalog
 from app.api.bodies import decode_object, json_text, read_body, require_json
 from app.api.callers import request_caller
 from app.api.inference_errors import shaped_error, shaped_headers
-from app.api.openapi import error_answers
+from app.api.openapi import error_answers, with_docs
 from app.batches.validation import SURROGATE_ESCAPE, text_problem
 from app.errors import (
     PayloadTooLarge,
@@ -78,14 +78,11 @@ def _validate(shape: str, body: dict[str, Any]) -> None:
 
 
 def _respond(shape: str, result: InferenceResult) -> Response:
+    headers = list(shaped_headers(shape, result.headers).items())  # given whole: each set would scan the others
     if result.stream is not None:
-        response = Response(result.stream, status=result.status, mimetype="text/event-stream")
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Accel-Buffering"] = "no"
-    else:
-        response = Response(result.body or b"", status=result.status, content_type=result.content_type)
-    response.headers.update(shaped_headers(shape, result.headers))
-    return response
+        headers += [("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
+        return Response(result.stream, status=result.status, mimetype="text/event-stream", headers=headers)
+    return Response(result.body or b"", status=result.status, content_type=result.content_type, headers=headers)
 
 
 def _inference_view(shape: str, route: str) -> Callable[[], ResponseReturnValue]:
@@ -146,11 +143,11 @@ def _register() -> None:
             route = prefix + path
             view = error_answers(blp, *_INFERENCE_ERRORS, schema=ShapedErrorSchema)(_inference_view(shape, route))
             blp.add_url_rule(route, endpoint=f"{shape}{prefix.replace('/', '_')}",
-                             view_func=blp.doc(**_INFERENCE_DOC)(view), methods=["POST"])
+                             view_func=with_docs(view, blp.doc(**_INFERENCE_DOC)), methods=["POST"])
         models = error_answers(blp, 401, schema=ShapedErrorSchema)(_models_view(prefix.startswith("/anthropic")))
-        models = blp.doc(security=_INFERENCE_DOC["security"], responses={"200": {
+        models = with_docs(models, blp.doc(security=_INFERENCE_DOC["security"], responses={"200": {
             "description": "the models the caller's policy grants", "content": {
-                "application/json": {"schema": {"type": "object"}}}}})(models)
+                "application/json": {"schema": {"type": "object"}}}}}))
         blp.add_url_rule(prefix + "/models", endpoint=f"models{prefix.replace('/', '_')}", view_func=models,
                          methods=["GET"])
 

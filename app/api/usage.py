@@ -15,7 +15,7 @@ from flask import Response, current_app, g, request, stream_with_context
 from flask_smorest import Api, Blueprint
 from marshmallow import RAISE
 
-from app.api.openapi import error_answers
+from app.api.openapi import error_answers, with_docs
 from app.auth import authenticate, credential_from_headers
 from app.cursors import EventCursor
 from app.runtime import Runtime
@@ -63,7 +63,7 @@ def _authenticate_reader() -> None:
 
 def _documented(summary: str) -> Any:
     def decorate(func: Any) -> Any:
-        return blp.doc(summary=summary, security=SECURITY)(error_answers(blp, 400, 401)(func))
+        return with_docs(error_answers(blp, 400, 401)(func), blp.doc(summary=summary, security=SECURITY))
     return decorate
 
 

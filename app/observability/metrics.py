@@ -68,6 +68,16 @@ class _Metrics:
                                           ["outcome"], buckets=LATENCY_BUCKETS)
         self.webhook_deliveries = Counter("relay_webhook_deliveries", "Webhook deliveries that ended, by outcome:"
                                           " delivered, or given_up (failed for good)", ["outcome"])
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """METRIC's child of label VALUES, remembered here: prometheus_client's labels() checks its arguments and
+        takes a lock on every call (four times a live call). None is ever removed, so a child stays valid."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
 
 def metrics() -> _Metrics:
@@ -82,7 +92,8 @@ def metrics() -> _Metrics:
 
 def observe_upstream(host: str, status: int | str, seconds: float) -> None:
     """One upstream call to HOST answered STATUS (or e.g. "error" when it never answered) after SECONDS."""
-    metrics().upstream_duration.labels(host=host, status=str(status)).observe(seconds)
+    m = metrics()
+    m.child(m.upstream_duration, host, str(status)).observe(seconds)
 
 
 def count_rate_limited(policy: str) -> None:
@@ -97,7 +108,8 @@ def count_lease_statement(consumer: str) -> None:
 
 def count_admitted(consumer: str) -> None:
     """One request or batch item admitted by the rate limiter from a slice held in memory."""
-    metrics().lease_admitted.labels(consumer=consumer).inc()
+    m = metrics()
+    m.child(m.lease_admitted, consumer).inc()
 
 
 def count_key_backoff() -> None:
@@ -123,8 +135,8 @@ def count_webhook_delivery(outcome: str) -> None:
 def observe_http(method: str, route: str, status: int, seconds: float) -> None:
     """One HTTP request on ROUTE (the URL rule, not the path) answered STATUS after SECONDS."""
     m = metrics()
-    m.http_requests.labels(method=method, route=route, status=str(status)).inc()
-    m.http_duration.labels(method=method, route=route).observe(seconds)
+    m.child(m.http_requests, method, route, str(status)).inc()
+    m.child(m.http_duration, method, route).observe(seconds)
 
 
 def install_request_metrics(app: Flask) -> None:
