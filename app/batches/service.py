@@ -23,7 +23,7 @@ from app.batches.errors import (
     ItemNotFound,
     PacedShareTooSmall,
 )
-from app.batches.finals import cancel_queued
+from app.batches.finals import cancel_queued, share_usage_first
 from app.batches.intake import NeedsScanner, parse_batch, typed_batch
 from app.batches.origin import BatchOrigin
 from app.blocking import start_off_the_hub
@@ -39,7 +39,9 @@ from schemas.batch_ids import parse_batch_id
 from schemas.batches import ITEM_STATES
 from schemas.durations import format_duration, parse_duration
 
-CANCEL_ATTEMPTS = 3  # a cancel chosen as a deadlock's victim (beside a group commit of its items) runs again
+# A cancel chosen as a deadlock's victim runs again. The one deadlock seen (its batch's shared usage row, written
+# after the items were locked, beside a group commit of its items) is gone: the row is now written first.
+CANCEL_ATTEMPTS = 3
 
 if TYPE_CHECKING:
     from app.payload_files import Body
@@ -245,6 +247,7 @@ def _cancel_queued_items(conn: psycopg.Connection[Any], caller: Caller | None, b
     """The batch marked cancelled and its queued items cancelled, in one transaction; its row."""
     with conn.transaction():
         row = owned_batch(conn, caller, batch_id)
+        share_usage_first(conn, row)
         if row["status"] != "cancelled" and _all_final(store.item_counts(conn, row["id"], row["total"])):
             raise BatchAlreadyFinished(message="every item of the batch is already final: nothing to cancel")
         store.mark_cancelled(conn, row["id"])
