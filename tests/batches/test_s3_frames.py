@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import random
 import threading
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+import zstandard
 
 from app.payload_files import request_file_parts
 from app.payload_port import PayloadMissing
@@ -138,7 +138,7 @@ def test_the_frame_writer_cuts_frames_of_its_size_whatever_the_writes() -> None:
     for at in range(0, len(raw), 333):
         writer.write([raw[at:at + 333]])
     frames = writer.close()
-    assert [len(zlib.decompress(part)) for part in out] == [1000] * 5 + [500]
+    assert [len(zstandard.decompress(part)) for part in out] == [1000] * 5 + [500]
     assert list(frames.table) == [0, *(sum(map(len, out[:i + 1])) for i in range(len(out)))]
     joined = b"".join(out)
     assert frames.read(lambda start, length: joined[start:start + length], 990, 1020) == raw[990:2010]
