@@ -44,7 +44,7 @@ from app.payload_port import (
 )
 from app.payload_s3_blocks import RequestBlocks
 from app.payload_s3_client import failures, passing, reason, s3_client, status
-from app.payload_s3_frames import TAIL, RequestLayout, load_layout, write_framed_requests
+from app.payload_s3_frames import TAIL, Frames, RequestLayout, load_layout, write_framed_requests
 from app.payload_s3_packs import PACK_PREFIX, Packer, PackMap, Unpacked, read_index
 from app.payload_s3_stream import ObjectStream
 from app.payload_s3_uploads import S3Uploads
@@ -259,10 +259,10 @@ class S3Store:
             name, base = packs.where.get(segment, (segment, 0))
             per_object.setdefault(name, []).extend((base + start, end - start, segment, base, span)
                                                    for start, end, span in spans(ranges))
-        reads = [(self.key(batch_id, name), start, end, placed) for name, parts in per_object.items()
-                 for start, end, placed in spans(sorted(parts))]
+        reads = [(self.key(batch_id, name), start, end, placed, packs.frames.get(name))
+                 for name, parts in per_object.items() for start, end, placed in spans(sorted(parts))]
         failed: set[str] = set()
-        for (_, start, _, placed), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
+        for (_, start, _, placed, _), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
             for _, _, segment, base, span in placed:
                 if data is None:
                     failed.add(segment)
@@ -295,12 +295,16 @@ class S3Store:
                 self._pack_maps.popitem(last=False)
         return found
 
-    def _get_span(self, read: tuple[str, int, int, Any]) -> bytes | None:
-        key, start, end, _ = read
+    def _get_span(self, read: tuple[str, int, int, Any, Frames | None]) -> bytes | None:
+        """Bytes START:END of an object (of a compressed pack's uncompressed bytes: the frames holding them); None
+        when they cannot be read."""
+        key, start, end, _, frames = read
         if end == start:
             return b""
         try:
-            return self.get(key, start, end - start)
+            if frames is None:
+                return self.get(key, start, end - start)
+            return frames.read(lambda offset, length: self.get(key, offset, length), start, end - start)
         except self.failures:
             return None
 
