@@ -1,14 +1,15 @@
 """The payload port on an S3-compatible bucket (RELAY_PAYLOAD_BACKEND=s3): replicas share nothing but Postgres,
 RabbitMQ and the bucket. The layout (under RELAY_S3_PREFIX; docs/batches.md#payload-store tells it too):
 
-- `<batch_id>/requests.bin`: the batch's request file, in the folder store's format (app/payload_files.py), streamed
-  into a multipart upload as it is produced (app/payload_s3_stream.py; one PUT when small), so it is visible whole
-  or not at all.
+- `<batch_id>/requests.bin`: the batch's request file in compressed frames (app/payload_s3_frames.py; one written
+  before in the folder store's format, app/payload_files.py, is still read), streamed into a multipart upload as
+  it is produced (app/payload_s3_stream.py; one PUT when small), so it is visible whole or not at all.
 - `<batch_id>/responses-<process>-<n>.seg`: S3 has no append, so the responses a worker process keeps for a batch
   between two group commits are one immutable object, uploaded by `sync()` (with If-None-Match, never over
   another) before their final states commit. A reference is (object, offset, length), read back by byte range.
-- `<batch_id>/packed-<process>-<n>.bin`: many such small objects of one process, packed into one with an index at
-  its end, after which the small ones are deleted (app/payload_s3_packs.py): a batch ends as a few large objects.
+- `<batch_id>/packed-<process>-<n>.bin`: many such small objects of one process, packed into one (compressed
+  frames) with an index at its end, after which the small ones are deleted (app/payload_s3_packs.py): a batch ends
+  as a few large objects.
 - `files/<file_id>`: an OpenAI Files API upload (app/payload_s3_uploads.py).
 
 A sync that fails keeps what it could not upload and tries it again first at the next sync, which fails as long as
