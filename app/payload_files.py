@@ -55,17 +55,29 @@ def request_file_parts(bodies: Iterable[Body], abandoned: Callable[[], bool] | N
     write at a time, then the index and the trailer. ABANDONED is asked before each: Abandoned once it answers
     True."""
     offsets = array("Q", [0])
+    yield from request_bodies(bodies, offsets, abandoned)
+    index, trailer = offsets_bytes(offsets), _TRAILER.pack(len(offsets) - 1, MAGIC)
+    yield [index, trailer], len(index) + len(trailer)
+
+
+def request_bodies(bodies: Iterable[Body], offsets: array[int], abandoned: Callable[[], bool] | None = None) \
+        -> Iterator[tuple[Sequence[Body], int]]:
+    """BODIES a gathered write at a time, as (buffers, their size in bytes), each body's end appended to OFFSETS
+    (which holds the first one's start). ABANDONED is asked before each: Abandoned once it answers True."""
     for chunk in _gathered(bodies):
         if abandoned is not None and abandoned():
             raise Abandoned("the request file was abandoned")
         start = offsets[-1]
         offsets.extend(islice(accumulate(map(len, chunk), initial=start), 1, None))
         yield chunk, offsets[-1] - start
-    count = len(offsets) - 1
+
+
+def offsets_bytes(offsets: array[int]) -> bytes:
+    """A request file's index as stored: OFFSETS as little-endian uint64 (parse_offsets reads it back)."""
     if sys.byteorder == "big":
+        offsets = array("Q", offsets)
         offsets.byteswap()
-    index, trailer = offsets.tobytes(), _TRAILER.pack(count, MAGIC)
-    yield [index, trailer], len(index) + len(trailer)
+    return offsets.tobytes()
 
 
 class Abandoned(OSError):

@@ -1,14 +1,15 @@
 """The payload port on an S3-compatible bucket (RELAY_PAYLOAD_BACKEND=s3): replicas share nothing but Postgres,
 RabbitMQ and the bucket. The layout (under RELAY_S3_PREFIX; docs/batches.md#payload-store tells it too):
 
-- `<batch_id>/requests.bin`: the batch's request file, in the folder store's format (app/payload_files.py), streamed
-  into a multipart upload as it is produced (app/payload_s3_stream.py; one PUT when small), so it is visible whole
-  or not at all.
+- `<batch_id>/requests.bin`: the batch's request file in compressed frames (app/payload_s3_frames.py; one written
+  before in the folder store's format, app/payload_files.py, is still read), streamed into a multipart upload as
+  it is produced (app/payload_s3_stream.py; one PUT when small), so it is visible whole or not at all.
 - `<batch_id>/responses-<process>-<n>.seg`: S3 has no append, so the responses a worker process keeps for a batch
   between two group commits are one immutable object, uploaded by `sync()` (with If-None-Match, never over
   another) before their final states commit. A reference is (object, offset, length), read back by byte range.
-- `<batch_id>/packed-<process>-<n>.bin`: many such small objects of one process, packed into one with an index at
-  its end, after which the small ones are deleted (app/payload_s3_packs.py): a batch ends as a few large objects.
+- `<batch_id>/packed-<process>-<n>.bin`: many such small objects of one process, packed into one (compressed
+  frames) with an index at its end, after which the small ones are deleted (app/payload_s3_packs.py): a batch ends
+  as a few large objects.
 - `files/<file_id>`: an OpenAI Files API upload (app/payload_s3_uploads.py).
 
 A sync that fails keeps what it could not upload and tries it again first at the next sync, which fails as long as
@@ -28,15 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
-from app.payload_files import (
-    TRAILER_SIZE,
-    IncompleteFile,
-    RequestIndex,
-    WritePath,
-    parse_offsets,
-    parse_trailer,
-    request_file_parts,
-)
+from app.payload_files import IncompleteFile, WritePath
 from app.payload_port import (
     SEGMENT_NAME,
     Found,
@@ -52,13 +45,12 @@ from app.payload_port import (
 )
 from app.payload_s3_blocks import RequestBlocks
 from app.payload_s3_client import failures, passing, reason, s3_client, status
+from app.payload_s3_frames import TAIL, Frames, RequestLayout, load_layout, write_framed_requests
 from app.payload_s3_packs import PACK_PREFIX, Packer, PackMap, Unpacked, read_index
 from app.payload_s3_stream import ObjectStream
 from app.payload_s3_uploads import S3Uploads
 
 if TYPE_CHECKING:
-    from array import array
-
     from app.payload_files import Body
 
 __all__ = ["S3Store", "s3_client"]
@@ -94,7 +86,7 @@ class S3Store:
         self._retry: list[_Pending] = []  # uploads a failed sync left: tried first by the next one
         self._generation = 0
         self._pid, self._token = os.getpid(), process_token()
-        self._indexes: OrderedDict[UUID, array[int]] = OrderedDict()
+        self._indexes: OrderedDict[UUID, RequestLayout] = OrderedDict()
         self._pack_maps: OrderedDict[UUID, PackMap] = OrderedDict()
         self._blocks = RequestBlocks()
         self.packer = Packer(self, unpacked or Unpacked())
@@ -108,13 +100,12 @@ class S3Store:
 
     def write_requests(self, batch_id: UUID, bodies: Iterable[Body], abandoned: Callable[[], bool] | None = None) \
             -> None:
-        """Stream the request file into the bucket as BODIES are consumed (app/payload_s3_stream.py: parts go up
-        while the next are produced; one PUT when small). Nothing is visible before the upload completes: a
-        failure, or ABANDONED answering True, aborts it."""
+        """Stream the request file, compressed (app/payload_s3_frames.py), into the bucket as BODIES are consumed
+        (app/payload_s3_stream.py: parts go up while the next are produced; one PUT when small). Nothing is
+        visible before the upload completes: a failure, or ABANDONED answering True, aborts it."""
         stream = ObjectStream(self, self.key(batch_id, REQUESTS))
         try:
-            for buffers, _ in request_file_parts(bodies, abandoned):
-                stream.write(buffers)
+            write_framed_requests(bodies, stream.write, abandoned)
             if abandoned is not None and abandoned():
                 raise PayloadStoreUnavailable(message="cannot write the batch's request file: abandoned")
             stream.complete()
@@ -126,15 +117,20 @@ class S3Store:
             raise
 
     def read_request(self, batch_id: UUID, idx: int) -> bytes:
-        offsets = self._index(batch_id)
+        layout = self._index(batch_id)
+        offsets = layout.offsets
         if not 0 <= idx < len(offsets) - 1:
             raise PayloadMissing(f"item {idx} is not in the request file ({len(offsets) - 1} items)")
         if offsets[idx + 1] == offsets[idx]:
             return b""
         key = self.key(batch_id, REQUESTS)
+
+        def get(start: int, length: int) -> bytes:
+            return self.get(key, start, length)
+
         try:
             return self._blocks.read(batch_id, offsets[idx], offsets[idx + 1], offsets[-1],
-                                     lambda start, length: self._patiently(lambda: self.get(key, start, length)))
+                                     lambda start, length: self._patiently(lambda: layout.read(get, start, length)))
         except self.failures as exc:
             raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
 
@@ -150,9 +146,9 @@ class S3Store:
                 time.sleep(wait)
         return read()
 
-    def _index(self, batch_id: UUID) -> array[int]:
-        """The batch's request-file offsets (two range reads the first time, by one thread while the others wait,
-        then from memory)."""
+    def _index(self, batch_id: UUID) -> RequestLayout:
+        """The batch's request-file offsets, and its frames when compressed (two range reads the first time, by one
+        thread while the others wait, then from memory)."""
         with self._index_lock:
             with self._lock:
                 found = self._indexes.get(batch_id)
@@ -166,19 +162,19 @@ class S3Store:
                     self._indexes.popitem(last=False)
             return offsets
 
-    def _load_index(self, batch_id: UUID) -> array[int]:
+    def _load_index(self, batch_id: UUID) -> RequestLayout:
         key = self.key(batch_id, REQUESTS)
         try:
             answer = self._patiently(lambda: self.client.get_object(Bucket=self.bucket, Key=key,
-                                                                    Range=f"bytes=-{TRAILER_SIZE}"))
-            size = int(answer["ContentRange"].rsplit("/", 1)[1])
-            index: RequestIndex = parse_trailer(answer["Body"].read(), size)
-            offsets = parse_offsets(self._patiently(lambda: self.get(key, index.index_at, 8 * (index.count + 1))))
+                                                                    Range=f"bytes=-{TAIL}"))
+            size = int(answer["ContentRange"].rsplit("/", 1)[1]) if "ContentRange" in answer else \
+                int(answer["ContentLength"])  # a file shorter than TAIL may be answered whole
+            return load_layout(answer["Body"].read(), size,
+                               lambda start, length: self._patiently(lambda: self.get(key, start, length)))
         except (IncompleteFile, KeyError, ValueError) as exc:
             raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
         except self.failures as exc:
             raise PayloadMissing(f"{REQUESTS}: {reason(exc)}") from exc
-        return offsets
 
     # responses ---------------------------------------------------------------------------------------------------
 
@@ -264,10 +260,10 @@ class S3Store:
             name, base = packs.where.get(segment, (segment, 0))
             per_object.setdefault(name, []).extend((base + start, end - start, segment, base, span)
                                                    for start, end, span in spans(ranges))
-        reads = [(self.key(batch_id, name), start, end, placed) for name, parts in per_object.items()
-                 for start, end, placed in spans(sorted(parts))]
+        reads = [(self.key(batch_id, name), start, end, placed, packs.frames.get(name))
+                 for name, parts in per_object.items() for start, end, placed in spans(sorted(parts))]
         failed: set[str] = set()
-        for (_, start, _, placed), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
+        for (_, start, _, placed, _), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
             for _, _, segment, base, span in placed:
                 if data is None:
                     failed.add(segment)
@@ -300,12 +296,16 @@ class S3Store:
                 self._pack_maps.popitem(last=False)
         return found
 
-    def _get_span(self, read: tuple[str, int, int, Any]) -> bytes | None:
-        key, start, end, _ = read
+    def _get_span(self, read: tuple[str, int, int, Any, Frames | None]) -> bytes | None:
+        """Bytes START:END of an object (of a compressed pack's uncompressed bytes: the frames holding them); None
+        when they cannot be read."""
+        key, start, end, _, frames = read
         if end == start:
             return b""
         try:
-            return self.get(key, start, end - start)
+            if frames is None:
+                return self.get(key, start, end - start)
+            return frames.read(lambda offset, length: self.get(key, offset, length), start, end - start)
         except self.failures:
             return None
 

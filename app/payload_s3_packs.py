@@ -2,10 +2,12 @@
 compaction). A group commit uploads one small immutable object per batch (durable before the items' final states
 commit); at most every PACK_OBJECTS of them, and when a batch has had no upload for PACK_IDLE_S (it ended, or this
 process has no more of its items), the process writes the bytes it still holds for them as one `packed-...bin`
-object with its index (each small object's name, offset and length in the pack) at its end, then deletes the small
-ones. A pack of fewer than PACK_OBJECTS stays open (its bytes held) and is rewritten with the next small objects
-of its batch, replacing it (a batch whose items come slowly ends as one pack per process). The pack and its index
-are one PUT, so there is nothing to commit between them: a crash before the PUT
+object, those bytes in compressed frames (app/payload_s3_frames.py: a results read fetches and inflates only the
+frames that hold its span) with its index (each small object's name, offset and length in the uncompressed bytes,
+and the frame table) at its end, then deletes the small ones; packs written before (magic `RLYPACK1`, the bytes
+as they are) are still read. A pack of fewer than PACK_OBJECTS stays open (its bytes held) and is rewritten with
+the next small objects of its batch, replacing it (a batch whose items come slowly ends as one pack per
+process). The pack and its index are one PUT, so there is nothing to commit between them: a crash before the PUT
 completes leaves the small objects; a crash after it leaves both, equal bytes, and readers prefer the pack. A
 reader maps a reference's small object to its pack (a listing of the batch's packs and their indexes, cached), and
 when a small object is gone (packed meanwhile) looks for the packs again.
@@ -19,10 +21,13 @@ import os
 import struct
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from uuid import UUID
 
 from app.payload_s3_client import Bucket
+from app.payload_s3_frames import Frames, FrameWriter
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +37,8 @@ PACK_BYTES = 32 << 20  # ... or as many as hold this many bytes
 PACK_IDLE_S = 2.0  # a batch without an upload for this long has what is left packed
 PACK_FORGET_S = 600.0  # a batch's open pack is let go (its bytes no longer held) after this long without an upload
 PACK_TAIL = 64 << 10  # bytes of a pack's end read to find its index (more when the index is longer)
-_MAGIC = b"RLYPACK1"
+_MAGIC = b"RLYPACK1"  # the small objects' bytes as they are, then the index
+_FRAMED_MAGIC = b"RLYPACK2"  # their bytes in compressed frames, then the index and the frame table
 _TRAILER = struct.Struct(">Q8s")  # the index's length, the magic
 
 
@@ -40,15 +46,29 @@ class PackMalformed(ValueError):
     """An object named as a pack whose end is no pack index."""
 
 
+class PackIndex(NamedTuple):
+    """A pack's index: each small object's (offset, length) in the pack's uncompressed bytes, and where the frames
+    are (None: a pack of the older layout, its bytes as they are)."""
+
+    parts: dict[str, tuple[int, int]]
+    frames: Frames | None
+
+
 def encode_pack(parts: list[tuple[str, bytes]]) -> bytes:
-    """PARTS (small object name, its bytes) as one pack: the bytes, the index (JSON), the trailer."""
+    """PARTS (small object name, its bytes) as one pack: the bytes in compressed frames, the index (JSON: the parts
+    and the frame table), the trailer."""
     index: dict[str, list[int]] = {}
-    out = bytearray()
+    out: list[bytes] = []
+    writer = FrameWriter(out.extend)
+    size = 0
     for name, data in parts:
-        index[name] = [len(out), len(data)]
-        out += data
-    encoded = json.dumps(index, separators=(",", ":")).encode()
-    return bytes(out + encoded + _TRAILER.pack(len(encoded), _MAGIC))
+        index[name] = [size, len(data)]
+        size += len(data)
+        writer.write([data])
+    frames = writer.close()
+    encoded = json.dumps({"parts": index, "frame": frames.frame, "size": size, "table": list(frames.table)},
+                         separators=(",", ":")).encode()
+    return b"".join([*out, encoded, _TRAILER.pack(len(encoded), _FRAMED_MAGIC)])
 
 
 def index_length(tail: bytes) -> int:
@@ -56,17 +76,23 @@ def index_length(tail: bytes) -> int:
     if len(tail) < _TRAILER.size:
         raise PackMalformed("shorter than its trailer")
     length, magic = _TRAILER.unpack(tail[-_TRAILER.size:])
-    if magic != _MAGIC:
+    if magic not in (_MAGIC, _FRAMED_MAGIC):
         raise PackMalformed("no pack trailer")
     return int(length)
 
 
-def parse_index(tail: bytes) -> dict[str, tuple[int, int]]:
-    """The index (small object name → offset, length in the pack) at the end of TAIL, a pack's last bytes."""
+def parse_index(tail: bytes) -> PackIndex:
+    """The index at the end of TAIL, a pack's last bytes, of either layout (its magic tells)."""
     length = index_length(tail)
     if length + _TRAILER.size > len(tail):
         raise PackMalformed("index longer than the bytes read")
     raw = json.loads(tail[len(tail) - _TRAILER.size - length:len(tail) - _TRAILER.size])
+    if not tail.endswith(_FRAMED_MAGIC):
+        return PackIndex(_parts(raw), None)
+    return PackIndex(_parts(raw["parts"]), Frames(array("Q", raw["table"]), int(raw["frame"]), int(raw["size"])))
+
+
+def _parts(raw: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
     return {str(name): (int(at[0]), int(at[1])) for name, at in raw.items()}
 
 
@@ -153,19 +179,22 @@ class Unpacked:
 
 @dataclass
 class PackMap:
-    """What a reader knows of a batch's packs: each pack's index, and where each packed small object is (in the
-    newest pack that holds it)."""
+    """What a reader knows of a batch's packs: each pack's index, where each packed small object is (in the
+    newest pack that holds it), and the frames of each compressed pack."""
 
-    indexes: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    indexes: dict[str, PackIndex] = field(default_factory=dict)
     where: dict[str, tuple[str, int]] = field(default_factory=dict)  # small object → (pack, its offset there)
+    frames: dict[str, Frames] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, indexes: list[tuple[str, dict[str, tuple[int, int]]]]) -> PackMap:
+    def of(cls, indexes: list[tuple[str, PackIndex]]) -> PackMap:
         """The map of INDEXES (pack, its index), oldest first."""
         found = cls()
         for pack, index in indexes:
             found.indexes[pack] = index
-            found.where.update((name, (pack, offset)) for name, (offset, _length) in index.items())
+            found.where.update((name, (pack, offset)) for name, (offset, _length) in index.parts.items())
+            if index.frames is not None:
+                found.frames[pack] = index.frames
         return found
 
 
@@ -234,7 +263,7 @@ class Packer:
             self.pack_due(everything=True)
 
 
-def read_index(store: Bucket, key: str) -> dict[str, tuple[int, int]] | None:
+def read_index(store: Bucket, key: str) -> PackIndex | None:
     """The index of the pack KEY (one ranged GET of its end, two when the index is longer); None when it cannot be
     read (gone, not a pack, or the store unreachable)."""
     try:
@@ -245,7 +274,7 @@ def read_index(store: Bucket, key: str) -> dict[str, tuple[int, int]] | None:
             size = int(answer["ContentRange"].rsplit("/", 1)[1])
             tail = store.get(key, size - length, length)
         return parse_index(tail)
-    except (PackMalformed, KeyError, ValueError):
+    except (PackMalformed, KeyError, TypeError, ValueError):
         return None
     except store.failures:
         return None  # read again at the next look for packs

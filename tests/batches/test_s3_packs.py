@@ -4,6 +4,8 @@ read while their small objects are packed away."""
 
 from __future__ import annotations
 
+import json
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,3 +229,32 @@ def test_a_read_across_packed_and_small_objects_gets_each_object_in_one_range(
 
     assert _read(api, batch, wanted[::-1]) == _expected(wanted[::-1])  # any order: each lands at its position
     assert sorted(key.rsplit("/", 1)[1] for key, _, _ in ranges) == objects  # the pack's segments in one range
+
+
+def test_a_pack_keeps_its_bytes_compressed_and_one_of_the_older_layout_is_still_read(
+        stores: tuple[S3Store, S3Store], seaweedfs: SeaweedFS, tmp_path: Path, prefix: str) -> None:
+    worker, api = stores
+    batch = uuid4()
+    wanted = _group_commits(worker, batch, 20, 50)
+    smalls = {key: _object(worker, batch, key) for key in _keys(worker, batch) if key.startswith("responses-")}
+    assert worker.packer.pack_due(everything=True) == 1
+    pack = next(key for key in _keys(worker, batch) if key.startswith("packed-"))
+    kept = _object(worker, batch, pack)
+    assert kept.endswith(b"RLYPACK2") and len(kept) < sum(map(len, smalls.values()))
+    assert _read(api, batch, wanted) == _expected(wanted)
+
+    index, raw = {}, b""  # the same small objects packed as before: their bytes as they are, the index, the trailer
+    for key, data in smalls.items():
+        index[key] = [len(raw), len(data)]
+        raw += data
+    encoded = json.dumps(index).encode()
+    worker.client.put_object(Bucket=worker.bucket, Key=worker.key(batch, pack.replace(".bin", "0.bin")),
+                             Body=raw + encoded + struct.pack(">Q8s", len(encoded), b"RLYPACK1"))
+    worker.delete_keys([worker.key(batch, pack)])
+    reader = _store(seaweedfs, tmp_path / "r", prefix)
+    assert _read(reader, batch, wanted) == _expected(wanted)
+    reader.close()
+
+
+def _object(store: S3Store, batch: UUID, name: str) -> bytes:
+    return bytes(store.client.get_object(Bucket=store.bucket, Key=store.key(batch, name))["Body"].read())

@@ -4,6 +4,8 @@ and retried, removal and listing, uploads."""
 
 from __future__ import annotations
 
+import base64
+import random
 import socket
 import threading
 import time
@@ -48,8 +50,10 @@ def _staged_files(store: S3Store) -> list[Path]:
 
 
 def _big_bodies(count: int) -> list[bytes]:
-    """COUNT bodies of about 9 kB, each with its own index (8 MiB parts: about 930 bodies a part)."""
-    return [b'{"n":%d,"pad":"' % i + bytes([97 + i % 26]) * 9000 + b'"}' for i in range(count)]
+    """COUNT bodies of about 12 kB that compress to about 9 kB (random bytes in base64: the request file is
+    compressed), each with its own index (8 MiB parts: about 920 bodies a part)."""
+    return [b'{"n":%d,"pad":"' % i + base64.b64encode(random.Random(i).randbytes(9000)) + b'"}'
+            for i in range(count)]
 
 
 def _wait_for(what: Any, timeout: float = 60.0) -> Any:
@@ -114,7 +118,7 @@ def test_items_read_by_many_threads_share_one_ranged_get_per_block_of_the_reques
 
 
 def test_a_large_request_file_streams_into_a_multipart_upload_while_its_bodies_are_produced(store: S3Store) -> None:
-    batch, bodies = uuid4(), _big_bodies(2400)  # ~21.6 MB: 3 parts
+    batch, bodies = uuid4(), _big_bodies(2400)  # ~21.6 MB compressed: 3 parts
     seen_parts: list[int] = []
 
     def produced() -> Iterator[bytes]:

@@ -7,8 +7,10 @@ RELAY_BATCH_PAYLOAD_DIR) complete every item, results and output files served by
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import random
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -57,6 +59,12 @@ def _keys(server: SeaweedFS, prefix: str = "") -> list[str]:
     return sorted(entry["Key"] for page in pages for entry in page.get("Contents", ()))
 
 
+def _noise(seed: int) -> str:
+    """5,000 characters that compress to about 3,750 bytes (random bytes in base64: the request file is
+    compressed in the bucket)."""
+    return base64.b64encode(random.Random(seed).randbytes(3750)).decode()
+
+
 def _batch_rows(stack: Stack, key_id: str) -> int:
     return int(stack.db_one("SELECT count(*) AS n FROM batches WHERE credential_id = %s", key_id)["n"])
 
@@ -97,8 +105,8 @@ def test_a_large_body_that_fails_validation_midway_leaves_no_object_and_no_open_
     api = stack.start_api()
     client = seaweedfs.client()
     keys_before = _keys(seaweedfs)
-    padded = [{**body, "messages": [{"role": "user", "content": f"s3-bad-{idx} " + "p" * 5000}]}
-              for idx, body in enumerate(item_requests("s3-bad", 3000))]  # ~15 MB: two parts
+    padded = [{**body, "messages": [{"role": "user", "content": f"s3-bad-{idx} " + _noise(idx)}]}
+              for idx, body in enumerate(item_requests("s3-bad", 3000))]  # ~15 MB (~11 MB compressed): two parts
     padded[1000]["messages"] = "not a list"
     res = _submit(api.url, record["key"], padded)
     assert res.status_code == 400, res.text
