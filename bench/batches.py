@@ -16,9 +16,10 @@ ACCEPT_TARGET_S = {10_000: 1.0, 100_000: 6.0}  # the issue's targets; other size
 ITEM_BUDGET_S = 1e-4
 ACCEPT_OVER_BARE = 1.2  # time to 202 at most this many times the bare baseline
 ACCEPT_MEMORY = 2.5  # API peak memory growth at most this many times the body
-DRAIN_OVER_CLIENT = 0.85  # drain on the real policy: items/s at least this share of the plain client's (same run)
-CPU_OVER_CLIENT = 1.5  # drain on the real policy: CPU per item, all processes, at most this many times the client's
+DRAIN_OVER_CLIENT = 0.9  # drain on the real policy: items/s at least this share of the plain client's (issue #38)
+CPU_OVER_CLIENT = 1.3  # drain on the real policy: CPU per item, all processes, at most this many times the client's
 POSTGRES_MS = 0.3  # drain on the real policy: Postgres CPU per item at most
+SLOW_OVER_IDEAL = 1.1  # slow drain: wall time at most this many times items x latency ÷ concurrency (issue #38)
 
 
 def accept(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
@@ -114,8 +115,8 @@ def slow_drain(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> No
             env.forget_batch(batch_id)
             if completed != sizes.slow_items:
                 results.notes.append(f"slow drain ({model}): only {completed} of {sizes.slow_items} completed")
-            results.add("slow drain", f"{label}: wall time ÷ ideal", elapsed / ideal, "x", target=("<=", 1.15),
-                        baseline=1.0, baseline_name=f"ideal {ideal:.1f} s")
+            results.add("slow drain", f"{label}: wall time ÷ ideal", elapsed / ideal, "x",
+                        target=("<=", SLOW_OVER_IDEAL), baseline=1.0, baseline_name=f"ideal {ideal:.1f} s")
             results.add("slow drain", f"{label}: items/s", sizes.slow_items / elapsed, "items/s")
 
 

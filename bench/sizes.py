@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.settings import Settings
+
+# What `relay worker` starts with no flags (scripts/dev.sh up, the README's processes): the drain scenarios run it.
+RELAY_WORKER_DEFAULTS = (Settings.worker_processes, Settings.worker_threads)
+
 
 @dataclass(frozen=True)
 class Sizes:
     accept: tuple[int, ...] = (10_000, 100_000)
     drain: int = 20_000
-    drain_workers: tuple[int, int] = (2, 16)  # processes, threads (the `relay worker` defaults)
+    drain_workers: tuple[int, int] = RELAY_WORKER_DEFAULTS  # processes, threads
     slow_items: int = 5_000
     slow_concurrency: int = 500  # over two worker processes
     slow_latency_ms: int = 1_000

@@ -67,10 +67,16 @@ def _drain(env: BenchEnv, sizes: Sizes, body: bytes, count: int, samples: list[S
     started, want = time.monotonic(), count * sizes.soak_items
     deadline = started + 900 + want / 20  # only a hang crosses this
     poster.start()
+    told = 0
     while True:
         done = env.conn.execute("SELECT coalesce(sum(completed + discarded + cancelled), 0) FROM batch_progress"
                                 " WHERE batch_id = ANY(%s::uuid[])", (list(ids),)).fetchone()[0]  # type: ignore[index]
         samples.append(Sample(base_s + time.monotonic() - started, base_done + int(done), *_rss(env)))
+        if int(done) * 10 // want > told:  # progress on stdout, a line per tenth of this half (a run of an hour)
+            told = int(done) * 10 // want
+            print(f"[soak] {samples[-1].done:,} items final after {samples[-1].drained_s:.0f} s of draining;"
+                  f" RSS API {samples[-1].api_kb // 1024} MiB, workers {samples[-1].workers_kb // 1024} MiB",
+                  flush=True)
         if int(done) >= want and not poster.is_alive():
             return ids
         if time.monotonic() > deadline:

@@ -37,7 +37,7 @@ log = logging.getLogger("relay.batches.dispatch")
 
 DISPATCH_LOCK = 0x5E1A7B01  # advisory lock: one publishing dispatcher at a time
 MAX_GROUP = 8  # items per message at most
-MESSAGE_TARGET_S = 0.05  # items are grouped into messages of about this much work (fast items only)
+MESSAGE_TARGET_S = 0.25  # items are grouped into messages of about this much wall time (fast items only)
 CHUNK = 2000  # items published per pass at most
 REFILL_STEPS = 6  # a full window is refilled in about this many passes (measured: bench drain, docs/benchmarks.md)
 LEAD_S = 0.1  # the lead behind the running messages shrinks by LEAD_S / a message's time when below 1 (window())
@@ -125,9 +125,11 @@ class Dispatcher:
         LEAD_S (a slow upstream: the lead only has to cover a refill pass, and whatever is queued is what a new
         owner's first items wait behind). Capped by RELAY_DISPATCH_WINDOW. (A lead of less than one message a
         thread on fast items left too few items in flight for policy weights to show: tests/batches/
-        test_fair_share.py.) Items are grouped only when they are known to be fast (about MESSAGE_TARGET_S of work
-        a message) and the backlog is deep: until an item has finished here, one item a message (a slow upstream
-        then never leaves a thread holding several seconds of queued work). Also sets the refill step: a pass
+        test_fair_share.py.) Items are grouped only when they are known to be fast (about MESSAGE_TARGET_S of wall
+        time a message: an item's wall time on busy cores is mostly its wait for the CPU, ~30 ms for a zero-latency
+        item among 32 threads on 2 cores, where 50 ms made one or two items a message and a claim, a delivery and
+        an ack for each) and the backlog is deep: until an item has finished here, one item a message (a slow
+        upstream then never leaves a thread holding several seconds of queued work). Also sets the refill step: a pass
         costs a few queries, so the next one waits until about 1/REFILL_STEPS of the window, and at most half the
         lead, is final, counted by this process's own finishes (about 1/PROCESSES of all)."""
         threads, processes = max(threads, 1), max(processes, 1)

@@ -81,6 +81,9 @@ def test_items_are_grouped_only_when_they_are_fast_and_the_backlog_is_deep() -> 
     assert fast.window(threads=32, backlog=20_000, processes=2) == (2 * 32 * 8 + 32, 8)
     assert fast._refill == (2 * 32 * 8 + 32) // (6 * 2)  # a sixth of the window, seen from one of two processes
     assert fast.window(threads=32, backlog=50) == (2 * 32 + 32, 1)  # a small backlog: one item a message
+    # Zero-latency items on busy cores (~30 ms of wall time each, mostly waiting for the CPU) still fill messages.
+    busy = Dispatcher(FakeRuntime(), InProcessPublisher(), item_seconds=lambda: 0.03)  # type: ignore[arg-type]
+    assert busy.window(threads=32, backlog=20_000, processes=2)[1] == 8
     # Slow items: one a message, and queued behind the running ones only LEAD_S of work: 0.1 / 0.3 of 2 * 32.
     assert slow.window(threads=32, backlog=20_000, processes=2) == (32 + 22, 1)
     assert slow._refill == min(54 // (6 * 2), 22 // (2 * 2))  # a sixth of the window, at most half the lead
