@@ -13,8 +13,8 @@ one each, so a module's processes start once, one run starts one local cluster, 
 and one screenshots folder. The group reaches the scheduler in the test's node id (`schedule_by_group`; under
 pytest 9.2 pytest-xdist 3.8's own way no longer does, and every test was scheduled alone). A worker then runs
 several folders' files in turn, so a folder that applies catalogs has a database of its own (tests/databases.py,
-docs/development.md). A test using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios spread
-over the processes (each builds that session fixture once for those it runs).
+docs/development.md). A test using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios and the fuzz
+tests spread over the processes (each builds that session fixture once for those it runs).
 
 Order (`order_by_weight`): the groups reach the scheduler longest first, by the seconds each file took in a recorded
 run (tests/timings.json, written by `python -m devtools.test_timings`), and scripts/test.sh passes
