@@ -82,6 +82,7 @@ def test_any_range_of_the_raw_bytes_reads_back_across_frame_boundaries(store: S3
 
 
 def test_items_read_by_many_threads_get_each_frame_once(store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neighbouring items share one ranged GET of their frame, however many threads read them."""
     batch = uuid4()
     bodies = [b'{"n":%d,"pad":"%s"}' % (i, b"%d" % (i * 7919) * (i % 300)) for i in range(4000)]
     store.write_requests(batch, bodies)

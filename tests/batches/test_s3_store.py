@@ -18,7 +18,6 @@ import pytest
 
 from app.payload_port import FileBytesMissing, PayloadMissing, PayloadStoreUnavailable, ResponseRef
 from app.payload_s3 import S3Store
-from app.payload_s3_blocks import BLOCK
 from app.payload_s3_client import passing, s3_client, status
 from app.settings import Settings
 from devtools.seaweedfs import SeaweedFS, start_seaweedfs
@@ -91,30 +90,6 @@ def test_a_batch_of_requests_is_one_object_and_each_item_reads_back_by_range(sto
     with pytest.raises(PayloadMissing):
         store.read_request(uuid4(), 0)
     assert not _staged_files(store)  # nothing is staged on the local disk
-
-
-def test_items_read_by_many_threads_share_one_ranged_get_per_block_of_the_request_file(
-        store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    batch = uuid4()
-    bodies = [b'{"n":%d,"pad":"%s"}' % (i, b"p" * (i % 700)) for i in range(3000)]  # ~1 MB: 5 blocks
-    store.write_requests(batch, bodies)
-    gets: list[int] = []
-    read = store.get
-    monkeypatch.setattr(store, "get", lambda key, offset, length: gets.append(length) or read(key, offset, length))
-    found: dict[int, bytes] = {}
-
-    def run(first: int) -> None:
-        for idx in range(first, 3000, 8):
-            found[idx] = store.read_request(batch, idx)
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert [found[idx] for idx in range(3000)] == bodies
-    blocks = -(-sum(map(len, bodies)) // BLOCK)
-    assert len(gets) == blocks + 1  # each block once, and the offsets' index (its trailer is read apart)
 
 
 def test_a_large_request_file_streams_into_a_multipart_upload_while_its_bodies_are_produced(store: S3Store) -> None:
