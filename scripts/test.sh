@@ -15,7 +15,6 @@ echo "== pytest"
 TIERS=(-m "not slow")
 [[ "${CI:-}" == true ]] && TIERS=()
 # In parallel (pytest-xdist): RELAY_TEST_WORKERS processes, each on a database and vhost of its own
-# (<RELAY_TEST_DB>_gw0, ...); one group per test file, so a module's processes start once; the groups longest first
-# (tests/timings.json), in that order (--no-loadscope-reorder), so the long ones never start last.
+# (<RELAY_TEST_DB>_gw0, ...); one group per test file, so a module's processes start once.
 # Under CI=true for pytest a missing service fails the run (tests/conftest.py); exit 5 (no tests ran) is a failure.
-CI=true .venv/bin/pytest -n "${RELAY_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder "${TIERS[@]}" "$@"
+CI=true .venv/bin/pytest -n "${RELAY_TEST_WORKERS:-3}" --dist loadgroup "${TIERS[@]}" "$@"

@@ -41,36 +41,6 @@ def test_under_loadgroup_the_tests_of_a_file_run_on_one_worker_with_the_group_in
     assert all(len(found) == 1 for found in workers.values()), workers
 
 
-# A file of two tests, each appending its file's name to OUT/order.txt as it runs.
-ORDER_TESTS = """
-import os, pathlib
-
-def test_a():
-    with open(pathlib.Path(os.environ["TIERS_OUT"]) / "order.txt", "a") as out:
-        out.write(__name__ + "\\n")
-
-def test_b():
-    test_a()
-"""
-
-
-def test_under_loadgroup_the_groups_recorded_longest_run_first(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # test_first has the most tests: the order pytest-xdist would pick itself.
-    pytester.makepyfile(test_first=ORDER_TESTS + "\ndef test_c():\n    test_a()\n", test_second=ORDER_TESTS,
-                        test_third=ORDER_TESTS)
-    pytester.makefile(".json", timings=json.dumps({"files": {"test_first.py": 1.0, "test_third.py": 30.0}}))
-    monkeypatch.setenv("TIERS_OUT", str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    result = pytester.runpytest_subprocess("-p", "tests.tiers", "-n", "1", "--dist", "loadgroup",
-                                           "--no-loadscope-reorder", "-o", "relay_test_timings=timings.json",
-                                           "-q", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=7)
-    # test_third recorded longest; test_second unknown: UNKNOWN_TEST_S a test (2 s); test_first 1 s.
-    order = (tmp_path / "order.txt").read_text().split()
-    assert order == ["test_third"] * 2 + ["test_second"] * 2 + ["test_first"] * 3, order
-
-
 def test_a_file_that_took_a_large_share_of_the_recorded_run_is_slow(pytester: pytest.Pytester,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_long="def test_long():\n    pass\n", test_short="def test_short():\n    pass\n")

@@ -16,18 +16,13 @@ several folders' files in turn, so a folder that applies catalogs has a database
 docs/development.md). A test using one of SPREAD_FIXTURES is a group of its own, so the bench's scenarios and the fuzz
 tests spread over the processes (each builds that session fixture once for those it runs).
 
-Order (`order_by_weight`): the groups reach the scheduler longest first, by the seconds each file took in a recorded
-run (tests/timings.json, written by `python -m devtools.test_timings`), and scripts/test.sh passes
-`--no-loadscope-reorder` so pytest-xdist keeps that order instead of its own (most tests first). A worker takes the
-next group when it is almost done with its own, so the long groups (the cluster's, the faults) start at once and the
-short ones fill in around them; a run's length is then about the longest group's or a third of the total, whichever
-is larger. A file the record does not know weighs UNKNOWN_TEST_S a test.
+Record (tests/timings.json, written by `python -m devtools.test_timings` from a run's JUnit report): the seconds
+each file took. A file that took SLOW_SHARE of the recorded run or more is `slow`.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -49,7 +44,6 @@ SHARED_GROUPS = {"cluster", "console"}
 # Session fixtures every process may build once for itself: the tests using one spread (a group each).
 SPREAD_FIXTURES = {"bench_env", "fuzz_stack"}
 TIMINGS = ROOT / "timings.json"
-UNKNOWN_TEST_S = 1.0
 # A file that took this share of the recorded run or more is slow too, wherever it is (a CLI file whose tests each
 # start processes, the slow clients' deadlines): the default local run stays short.
 SLOW_SHARE = 0.015
@@ -93,7 +87,7 @@ def group(item: pytest.Item) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini("relay_test_timings", "the recorded seconds per test file that order the groups (default: "
+    parser.addini("relay_test_timings", "the recorded seconds per test file that tier the files (default: "
                   "tests/timings.json; a relative path is from the rootdir)", default="")
 
 
@@ -108,8 +102,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group(item)))
         if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
             schedule_by_group(item)
-    if getattr(config.option, "loadgroup", False):
-        items[:] = order_by_weight(items, seconds)
 
 
 def recorded_seconds(path: Path = TIMINGS) -> dict[str, float]:
@@ -118,22 +110,6 @@ def recorded_seconds(path: Path = TIMINGS) -> dict[str, float]:
         return {str(name): float(seconds) for name, seconds in json.loads(path.read_text())["files"].items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-
-
-def order_by_weight(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
-    """ITEMS with their groups longest first (a group's weight: its tests' shares of their files' recorded seconds),
-    the tests of a group in their collected order."""
-    per_file: dict[str, int] = defaultdict(int)
-    for item in items:
-        per_file[_file(item)] += 1
-    weight: dict[str, float] = defaultdict(float)
-    for item in items:
-        name = _file(item)
-        weight[scheduled_group(item)] += seconds.get(name, UNKNOWN_TEST_S * per_file[name]) / per_file[name]
-    groups = [scheduled_group(item) for item in items]
-    first_seen = {name: index for index, name in reversed(list(enumerate(groups)))}
-    order = sorted(range(len(items)), key=lambda index: (-weight[groups[index]], first_seen[groups[index]]))
-    return [items[index] for index in order]
 
 
 def _file(item: pytest.Item) -> str:
