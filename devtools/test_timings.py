@@ -1,10 +1,11 @@
-"""Record how long each test file took, for the suite's scheduler (tests/tiers.py: the longest groups start first).
+"""Record how long each test file took, for the suite's tiers (tests/tiers.py: a file that took a large share is slow).
 
     .venv/bin/pytest ... --junitxml=run.xml -o junit_family=xunit1 -o junit_duration_report=total
     .venv/bin/python -m devtools.test_timings run.xml          # writes tests/timings.json
 
 A file's seconds are the sum of its tests' setup, call and teardown as the run's JUnit report gives them (xunit1,
-for its `file` attribute). The record only orders the groups: a stale one makes a run longer, never wrong.
+for its `file` attribute). The record only tiers the files: a stale one moves a file in or out of the local run,
+never changes a result.
 """
 
 from __future__ import annotations

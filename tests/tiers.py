@@ -57,9 +57,9 @@ def _folder(item: pytest.Item) -> str:
     return parts[0] if len(parts) > 1 else ""
 
 
-def tiers(item: pytest.Item, seconds: dict[str, float] | None = None) -> list[str]:
+def tiers(item: pytest.Item, slow_files: frozenset[str] = frozenset()) -> list[str]:
     """The tier of ITEM (`unit`, `engine` or `process`), plus `slow`: its folder, its marks and the fixtures it uses
-    decide, and so does its file's share of the recorded run (SECONDS: at least SLOW_SHARE of it is slow)."""
+    decide, and so does its file's share of the recorded run (SLOW_FILES: recorded_slow's)."""
     folder = _folder(item)
     slow = folder in SLOW_DIRS or any(item.get_closest_marker(mark) for mark in SLOW_MARKS)
     fixtures = set(getattr(item, "fixturenames", ()))
@@ -67,12 +67,13 @@ def tiers(item: pytest.Item, seconds: dict[str, float] | None = None) -> list[st
         tier = "process"
     else:
         tier = "engine" if "services" in fixtures else "unit"
-    return [tier, "slow"] if slow or _recorded_slow(_file(item), seconds or {}) else [tier]
+    return [tier, "slow"] if slow or _file(item) in slow_files else [tier]
 
 
-def _recorded_slow(name: str, seconds: dict[str, float]) -> bool:
+def recorded_slow(seconds: dict[str, float]) -> frozenset[str]:
+    """The files that took SLOW_SHARE or more of the recorded run (SECONDS: file → seconds)."""
     total = sum(seconds.values())
-    return total > 0 and seconds.get(name, 0.0) >= SLOW_SHARE * total
+    return frozenset(name for name, took in seconds.items() if total > 0 and took >= SLOW_SHARE * total)
 
 
 def group(item: pytest.Item) -> str:
@@ -83,7 +84,7 @@ def group(item: pytest.Item) -> str:
         return folder
     if SPREAD_FIXTURES & set(getattr(item, "fixturenames", ())):
         return item.nodeid.replace("[", "(").replace("]", ")")  # no "]": xdist reads a group after the last one
-    return item.nodeid.split("::", 1)[0]
+    return _file(item)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -94,9 +95,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     named = str(config.getini("relay_test_timings"))
-    seconds = recorded_seconds(config.rootpath / named if named else TIMINGS)
+    slow_files = recorded_slow(recorded_seconds(config.rootpath / named if named else TIMINGS))
     for item in items:
-        for name in tiers(item, seconds):
+        for name in tiers(item, slow_files):
             item.add_marker(getattr(pytest.mark, name))
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
@@ -122,10 +123,6 @@ def schedule_by_group(item: pytest.Item) -> None:
     file's module fixtures, and the cluster, started on several workers at once)."""
     if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
         return
-    item._id = NodeId.parse(f"{item.nodeid}@{scheduled_group(item)}")  # pytest has no public setter
-
-
-def scheduled_group(item: pytest.Item) -> str:
-    """The group ITEM's xdist_group marks give it (as pytest-xdist joins them)."""
-    return "_".join(sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                            for mark in item.iter_markers("xdist_group")}))
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter
