@@ -14,8 +14,8 @@ from app.api.idempotency import DOC_MARK, PARAMETER
 from schemas.admin import RelayErrorSchema
 from schemas.inference import ShapedErrorSchema
 
-# A status → the component flask-smorest registers for it (its body: ERROR_SCHEMA).
 F = TypeVar("F", bound=Callable[..., Any])
+# A status → the component flask-smorest registers for it (its body: ERROR_SCHEMA).
 _COMPONENTS = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 404: "NOT_FOUND", 413: "REQUEST_ENTITY_TOO_LARGE"}
 
 
