@@ -56,6 +56,7 @@ class BatchWorkerBoot(Middleware):
         dispatcher = Dispatcher(ctx.runtime, publisher, item_seconds=lambda: ctx.item_seconds)
         ctx.finished.append(dispatcher.item_finished)
         beats = Heartbeat(ctx)
+        ctx.judges = beats.steady
         heartbeat = Periodic("relay-heartbeat", settings.worker_heartbeat_s, beats, on_stop=beats.close)
         heartbeat.tick()  # registered before the first item is claimed
         threads: dict[str, Dispatcher | Listener | Periodic] = {

@@ -69,6 +69,7 @@ class WorkerContext:
     finished: list[Any] = field(default_factory=list)  # callbacks run as items become final (the dispatcher)
     cancelled: set[UUID] = field(default_factory=set)  # batches this process heard cancelled (paced waits stop)
     waiting: int = 0  # items of paced batches waiting here for their rate limits' budget
+    judges: Callable[[], bool] = lambda: True  # whether it may judge another worker lost (monitor.Heartbeat.steady)
     _batches: dict[UUID, dict[str, Any] | None] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -182,7 +183,8 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
                 get_limiter(ctx.runtime).give_back(admitted)
                 if refused is not None:
                     return unclaimed.end_unrun(ctx.runtime, ctx.worker_id, batch_id, idx, refused), None
-                return unclaimed.settle(ctx.runtime, ctx.worker_id, batch_id, idx, own_claim_unknown=retried), None
+                return unclaimed.settle(ctx.runtime, ctx.worker_id, batch_id, idx, own_claim_unknown=retried,
+                                        judge_owners=ctx.judges()), None
             row = found
         item = _claimed(row, idx)
         deadline = time.monotonic() + ctx.runtime.settings.batch_item_time_limit_s

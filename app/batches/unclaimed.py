@@ -12,12 +12,17 @@ from app.batches.outcomes import Outcome
 from app.runtime import Runtime
 
 
-def settle(runtime: Runtime, worker_id: str, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False) -> str:
+def settle(runtime: Runtime, worker_id: str, batch_id: UUID, idx: int, *, own_claim_unknown: bool = False,
+           judge_owners: bool = True) -> str:
     """A message whose item could not be claimed: cancel it, discard it as worker lost or over its batch's spend cap
     (with every other queued item of the batch), or do nothing.
 
     OWN_CLAIM_UNKNOWN: an earlier attempt of this claim failed, so an item running under this worker's id may be
     that attempt having committed unseen. It is discarded, never run: whether it ran is not known for sure.
+
+    JUDGE_OWNERS false (this worker's own heartbeat not steady yet, monitor.Heartbeat.steady): another worker's
+    stale heartbeat proves nothing, since after a database outage or failover every heartbeat is stale until each
+    worker beats again; the item is left to the reaper, which judges only once steady.
     """
     with runtime.pool.connection() as conn:
         row = store.item_status(conn, batch_id, idx, runtime.settings.worker_lost_after_s)
@@ -31,7 +36,7 @@ def settle(runtime: Runtime, worker_id: str, batch_id: UUID, idx: int, *, own_cl
         return "discarded" if budget.discard_unstarted(runtime, batch_id) else "duplicate"
     elif row["state"] == "running" and row["worker_id"] == worker_id and own_claim_unknown:
         outcome, source, owner = outcomes.claim_interrupted(), "running", worker_id
-    elif row["state"] == "running" and row["owner_lost"] and row["worker_id"] != worker_id:
+    elif row["state"] == "running" and judge_owners and row["owner_lost"] and row["worker_id"] != worker_id:
         outcome, source, owner = outcomes.worker_lost(), "running", row["worker_id"]
     else:
         return "duplicate"
