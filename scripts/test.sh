@@ -17,4 +17,4 @@ TIERS=(-m "not slow")
 # In parallel (pytest-xdist): RELAY_TEST_WORKERS processes, each on a database and vhost of its own
 # (<RELAY_TEST_DB>_gw0, ...); one group per test file, so a module's processes start once.
 # Under CI=true for pytest a missing service fails the run (tests/conftest.py); exit 5 (no tests ran) is a failure.
-CI=true .venv/bin/pytest -n "${RELAY_TEST_WORKERS:-3}" --dist loadgroup "${TIERS[@]}" "$@"
+CI=true .venv/bin/pytest -n "${RELAY_TEST_WORKERS:-4}" --dist loadgroup "${TIERS[@]}" "$@"
