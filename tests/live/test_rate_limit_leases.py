@@ -169,6 +169,10 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
             for _ in range(5):
                 assert session.post(f"{doomed.url}/v1/chat/completions", json=CHAT, headers=bearer(key),
                                     timeout=30).status_code == 200
+        # Its five calls' usage events committed first (written just after each answer): a kill before would lose
+        # them too, and five admitted calls would count as stranded (a full run at load counted 22 of 20).
+        until(lambda: len(admitted_starts(runtime, window_start - 1, "leased-12s")) >= 5,
+              what="the killed replica's calls recorded")
         doomed.stop(signal.SIGKILL)
         stop = threading.Event()
         threading.Timer(window_s - (time.time() - window_start) - 0.1, stop.set).start()
