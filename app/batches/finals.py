@@ -16,7 +16,8 @@ from app.batches.lifecycle import ItemFinal, ItemState, commit_finals
 from app.batches.outcomes import Outcome
 from app.runtime import Runtime
 from app.usage.events import UsageEvent
-from app.usage.writer import UsageRecord, share_first
+from app.usage.shared import shared_rows
+from app.usage.writer import UsageRecord
 
 CANCEL_CHUNK = 5000  # queued items cancelled per statement
 
@@ -57,13 +58,15 @@ def finalize_by_key(runtime: Runtime, batch_id: UUID, idx: int, outcome: Outcome
 
 def share_usage_first(conn: psycopg.Connection[Any], batch: dict[str, Any]) -> None:
     """Write BATCH's shared usage row (as its first queued item's cancel event gives it), if it has a queued item,
-    before the caller locks the batch's row or items (app.usage.writer.share_first says why)."""
+    in the caller's transaction before it locks the batch's row or items: a group commit of the batch's items
+    inserts that row too and then claims queued items, so a transaction that locked them first and wrote the row
+    after would deadlock with it."""
     first = store.queued_items(conn, batch["id"], after=-1, limit=1)
     if first:
         idx, model, custom_id = first[0]
         final = final_of({**batch, "model": model, "custom_id": custom_id}, idx, outcomes.cancelled_queued(),
                          from_state=ItemState.QUEUED)
-        share_first(conn, [final.record.event])
+        shared_rows(conn, [final.record.event])
 
 
 def expire_due(conn: psycopg.Connection[Any]) -> int:

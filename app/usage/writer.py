@@ -103,13 +103,6 @@ def correct_late_usage(conn: psycopg.Connection[Any], late: Sequence[UsageEvent]
                                [e.cached_tokens for e in events], [e.cost_nanos for e in events], counter))
 
 
-def share_first(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
-    """Write the shared rows of EVENTS' batches now, in the caller's transaction, before it locks any row of theirs:
-    a group commit of a batch's items inserts that row too and then claims queued items, so a transaction that
-    locks the batch or its queued items first and writes the row after would deadlock with it."""
-    shared_rows(conn, events)
-
-
 def _insert_events(conn: psycopg.Connection[Any], events: Sequence[UsageEvent]) -> None:
     """One event: a plain insert; several: one COPY (the batch unique index still refuses a second event). A batch
     item's event leaves out what its batch's shared row holds (app/usage/shared.py)."""
