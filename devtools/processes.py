@@ -35,8 +35,10 @@ class RelayProcess:
     url: str = ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-        """Signal the main process only (Dramatiq's CLI forwards it to its children once), then kill the group."""
-        if self.proc.poll() is None:
+        """Signal the main process only (Dramatiq's CLI forwards it to its children once), then kill the group.
+        SIGKILL goes to the whole group at once: a crash, where no child outlives the main process for a moment
+        (and, say, finishes a request file it was writing)."""
+        if sig != signal.SIGKILL and self.proc.poll() is None:
             try:
                 self.proc.send_signal(sig)
                 self.proc.wait(timeout)
