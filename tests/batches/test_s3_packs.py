@@ -58,6 +58,14 @@ def _group_commits(store: S3Store, batch: UUID, groups: int, per_group: int) -> 
     return wanted
 
 
+def _small(keys: list[str]) -> list[str]:
+    return [key for key in keys if key.startswith("responses-")]
+
+
+def _packs(keys: list[str]) -> list[str]:
+    return [key for key in keys if key.startswith("packed-")]
+
+
 def _expected(wanted: list[Any]) -> list[bytes]:
     return [b'{"idx":%d}' % w[0] for w in wanted]
 
@@ -76,14 +84,6 @@ def test_small_objects_are_packed_into_one_and_read_back_the_same(stores: tuple[
     assert len(keys) == 2 and keys[0].startswith("packed-") and keys[1] == "requests.bin"
     assert _read(api, batch, wanted) == _expected(wanted)
     assert [api.read_response(batch, w[0], ResponseRef(*w[1:])) for w in wanted[::50]] == _expected(wanted[::50])
-
-
-def _small(keys: list[str]) -> list[str]:
-    return [key for key in keys if key.startswith("responses-")]
-
-
-def _packs(keys: list[str]) -> list[str]:
-    return [key for key in keys if key.startswith("packed-")]
 
 
 def test_a_process_packs_by_itself_when_enough_objects_are_held(seaweedfs: SeaweedFS, tmp_path: Path,
@@ -126,7 +126,7 @@ def test_results_read_while_their_objects_are_packed_away_come_from_the_pack(
     wanted = _group_commits(worker, batch, 5, 4)
     assert _read(api, batch, wanted) == _expected(wanted)  # the API has seen the batch unpacked
     worker.packer.pack_due(everything=True)  # the small objects it knew are gone now
-    assert not any(key.startswith("responses-") for key in _keys(worker, batch))
+    assert not _small(_keys(worker, batch))
     assert _read(api, batch, wanted) == _expected(wanted)
 
 
@@ -155,7 +155,7 @@ def test_a_crash_between_the_pack_and_the_deletes_leaves_both_and_readers_take_t
     worker, api = stores
     batch = uuid4()
     wanted = _group_commits(worker, batch, 4, 5)
-    small = [key for key in _keys(worker, batch) if key.startswith("responses-")]
+    small = _small(_keys(worker, batch))
     with monkeypatch.context() as patched:
         patched.setattr(worker, "delete_keys", _crash)
         with pytest.raises(SystemExit):
@@ -241,8 +241,7 @@ def test_a_read_across_packed_and_small_objects_gets_each_object_in_one_range(
             worker.packer.pack_due(everything=True)
     keys = _keys(worker, batch)
     objects = [key for key in keys if key != "requests.bin"]
-    assert sum(key.startswith("packed-") for key in objects) >= 1 and sum(key.startswith("responses-") for key in
-                                                                         objects) == 3
+    assert len(_packs(objects)) >= 1 and len(_small(objects)) == 3
     ranges: list[tuple[str, int, int]] = []
     real_get = api.get
     monkeypatch.setattr(api, "get", lambda key, offset, length: ranges.append((key, offset, length)) or
@@ -257,9 +256,9 @@ def test_a_pack_keeps_its_bytes_compressed_and_one_of_the_older_layout_is_still_
     worker, api = stores
     batch = uuid4()
     wanted = _group_commits(worker, batch, 20, 50)
-    smalls = {key: _object(worker, batch, key) for key in _keys(worker, batch) if key.startswith("responses-")}
+    smalls = {key: _object(worker, batch, key) for key in _small(_keys(worker, batch))}
     assert worker.packer.pack_due(everything=True) == 1
-    pack = next(key for key in _keys(worker, batch) if key.startswith("packed-"))
+    pack = _packs(_keys(worker, batch))[0]
     kept = _object(worker, batch, pack)
     assert kept.endswith(b"RLYPACK2") and len(kept) < sum(map(len, smalls.values()))
     assert _read(api, batch, wanted) == _expected(wanted)
