@@ -42,6 +42,7 @@ def batch_workers(live_env: dict[str, str], runtime: Any, tmp_path_factory: pyte
 # a call is admitted a moment after it starts (under a loaded machine's parallel tests, well over 50 ms): this close
 # to a window's end, it may be the next's
 EDGE_S = 0.5
+REFUSED_PAUSE_S = 0.05  # a refused client's pause before it calls again (hammer)
 
 
 def admitted_starts(runtime: Any, since: float, policy: str = "leased") -> list[float]:
@@ -74,15 +75,17 @@ def granted_per_window(runtime: Any) -> list[int]:
 
 
 def hammer(urls: list[str], key: str, stop: threading.Event, threads: int = 8, *,
-           until_refused: bool = False, refused_at: list[float] | None = None) -> list[int]:
-    """Live calls from THREADS keep-alive clients spread over URLS until STOP (or, UNTIL_REFUSED, until each
-    client's process refuses one: it holds nothing more of the window); every status. REFUSED_AT gets the time
-    each refused call started."""
+           reconnect_refused: bool = False, refused_at: list[float] | None = None) -> list[int]:
+    """Live calls from THREADS keep-alive clients spread over URLS until STOP; every status. RECONNECT_REFUSED: a
+    client refused a call goes on from a new connection (after REFUSED_PAUSE_S), which a replica's other process
+    may accept: a keep-alive client stays on one process, so a process holding the rest of a slice would otherwise
+    keep it unused while its peer refuses. REFUSED_AT gets the time each refused call started."""
     statuses: list[int] = []
     refused = refused_at if refused_at is not None else []
 
     def client(n: int) -> None:
-        with requests.Session() as session:
+        session = requests.Session()
+        try:
             while not stop.is_set():
                 sent = time.time()
                 res = session.post(f"{urls[n % len(urls)]}/v1/chat/completions", json=CHAT, headers=bearer(key),
@@ -90,13 +93,17 @@ def hammer(urls: list[str], key: str, stop: threading.Event, threads: int = 8, *
                 statuses.append(res.status_code)
                 if res.status_code == 429:
                     refused.append(sent)
-                    if until_refused:
-                        return
+                    if reconnect_refused:
+                        session.close()
+                        session = requests.Session()
+                        stop.wait(REFUSED_PAUSE_S)
+        finally:
+            session.close()
 
     pool = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
     for t in pool:
         t.start()
-    for t in pool:  # each ends at STOP (or at its refusal)
+    for t in pool:  # each ends at STOP
         t.join()
     return statuses
 
@@ -176,9 +183,9 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
         doomed.stop(signal.SIGKILL)
         stop = threading.Event()
         threading.Timer(window_s - (time.time() - window_start) - 0.1, stop.set).start()
-        # until every live process has used what it holds of the window: what is left unadmitted is then the
-        # killed one's
-        hammer([api.url for api in replicas], key, stop, until_refused=True)
+        # to the window's end, refused clients reconnecting, so that every live process uses what it holds of the
+        # window: what is left unadmitted is then the killed one's
+        hammer([api.url for api in replicas], key, stop, reconnect_refused=True)
     finally:
         doomed.stop()
     window = math.floor(window_start / window_s)
@@ -195,7 +202,7 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
     after = time.time()
     stop = threading.Event()
     threading.Timer(window_s - 0.2, stop.set).start()
-    hammer([api.url for api in replicas], key, stop, until_refused=True)
+    hammer([api.url for api in replicas], key, stop, reconnect_refused=True)
     assert admitted_in(admitted_starts(runtime, after - 1, "leased-12s"), math.floor(after / window_s),
                        window_s)[1] >= 0.98 * LEASED
 

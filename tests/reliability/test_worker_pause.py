@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 ITEMS = 400
 THREADS = 4
 PAUSE_S = 8.0  # at least: past the silence threshold (RELAY_WORKER_LOST_AFTER_S 5 s here) ...
-PAUSE_MAX_S = 15.0  # ... and until the rest is final, at most this long (a bound only a stall crosses)
+PAUSE_MAX_S = 60.0  # ... and until the rest is final, at most this long (a bound only a stall crosses: a loaded CI
+# machine once had one item left at 15 s, its message published again maybe into the stopped worker's free prefetch)
 SETTINGS = {"batch_item_time_limit_s": 120}  # the pause must not be what stops its items
 
 
@@ -45,10 +46,12 @@ def test_a_paused_worker_loses_no_answered_item_and_its_prefetch_runs_elsewhere(
             final = stack.count_items(batch_id, "completed", "discarded")
             time.sleep(0.2)
         still = {r["idx"] for r in stack.item_rows(batch_id, "state = 'running' AND worker_id = %s", worker_id)}
+        left = stack.item_rows(batch_id, "state NOT IN ('completed', 'discarded') AND NOT idx = ANY(%s)", sorted(held))
     finally:
         os.kill(pid, signal.SIGCONT)
     assert held and still == held  # not judged lost: its session (and lock) outlived the silence
-    assert final == ITEMS - len(held), f"{final} final of {ITEMS} while {len(held)} ran on the stopped worker"
+    assert final == ITEMS - len(held), (f"{final} final of {ITEMS} while {len(held)} ran on the stopped worker",
+                                        left, stack.db_one("SELECT now() AS now"))
     accounting = stack.account(key, batch_id, "pause", ITEMS)
     assert dict(accounting.states()) == {"completed": ITEMS}, accounting.error_codes()
     kept = stack.item_rows(batch_id, "idx = ANY(%s) AND worker_id = %s", sorted(held), worker_id)
