@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -38,24 +39,32 @@ def worker_db_name() -> str:
     return f"{base}_{worker}" if worker and not base.endswith("_" + worker) else base
 
 
-def services_up() -> bool:
+def services_up(timeout: float = 3) -> bool:
     try:
-        with psycopg.connect(ADMIN_DB_URL, connect_timeout=3):
+        with psycopg.connect(ADMIN_DB_URL, connect_timeout=max(2, round(timeout))):
             pass
         overview = f"http://127.0.0.1:{MQ_UI_PORT}/api/overview"
-        requests.get(overview, auth=("guest", "guest"), timeout=3).raise_for_status()
+        requests.get(overview, auth=("guest", "guest"), timeout=timeout).raise_for_status()
         return True
     except Exception:
         return False
 
 
+UP_WAIT_S = 120.0  # how long services that scripts/services.sh started may take to answer (a bound only a hang crosses)
+
+
 def ensure_services() -> None:
-    """Start the local services with scripts/services.sh when they are not answering."""
+    """Start the local services with scripts/services.sh when they are not answering. Running services may answer
+    slowly on a loaded machine (RabbitMQ's overview takes seconds there): after `up`, they are asked again, with
+    longer timeouts, for up to UP_WAIT_S."""
     if services_up():
         return
     subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "up"], check=True, stdout=subprocess.DEVNULL)
-    if not services_up():
-        raise RuntimeError("Postgres or RabbitMQ did not come up (scripts/services.sh up)")
+    deadline = time.monotonic() + UP_WAIT_S
+    while not services_up(timeout=15):
+        if time.monotonic() > deadline:
+            raise RuntimeError("Postgres or RabbitMQ did not come up (scripts/services.sh up)")
+        time.sleep(1)
 
 
 def fresh_services(name: str) -> ServiceUrls:

@@ -60,12 +60,19 @@ def test_a_custom_id_inside_a_native_request_body_is_refused_naming_the_item(cli
     assert "OpenAI or Anthropic batch API" in error["details"][0]["message"]
 
 
-def test_the_callers_list_filters_by_state_and_searches_ids_and_metadata(client, admin, make_key, workers) -> None:  # type: ignore[no-untyped-def]
-    key = make_key()["key"]
+def test_the_callers_list_filters_by_state_and_searches_ids_and_metadata(client, admin, make_key, workers,  # type: ignore[no-untyped-def]
+                                                                          upstream) -> None:
+    key = make_key("slow")["key"]
     done = submit(client, key, [CHAT], metadata={"name": "Nightly Evals", "team": "search"}).json["id"]
     wait_finished(client, key, done)
-    stopped = submit(client, key, [CHAT], metadata={"name": "weekly"}).json["id"]
-    client.post(f"/v1/batches/{stopped}/cancel", headers={"Authorization": f"Bearer {key}"})
+    upstream.control("sk-batch-slow", latency_ms=60_000)  # the cancel comes before its item could end
+    try:
+        stopped = submit(client, key, [CHAT], metadata={"name": "weekly"}).json["id"]
+        assert client.post(f"/v1/batches/{stopped}/cancel",
+                           headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        wait_finished(client, key, stopped)  # a running item ends when its cancel reaches its worker
+    finally:
+        upstream.forget("sk-batch-slow")
 
     def ids(**params: str) -> list[str]:
         res = get(client, key, "/v1/batches", format="relay", **params)
@@ -74,7 +81,7 @@ def test_the_callers_list_filters_by_state_and_searches_ids_and_metadata(client,
 
     assert ids() == [stopped, done]
     assert ids(status="cancelled") == [stopped] and ids(status="queued") == [done]
-    assert ids(finished="true") == [stopped, done] and ids(finished="false") == []  # nothing was running
+    assert ids(finished="true") == [stopped, done] and ids(finished="false") == []  # nothing is running
     assert ids(search="nightly evals") == [done] and ids(search="WEEKLY") == [stopped]
     assert ids(search=f"msgbatch_{done.replace('-', '')}") == [done] and ids(search="no such text") == []
     every = admin("GET", "/admin/batches", query_string={"search": "Nightly"}).json["data"]

@@ -194,16 +194,19 @@ def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel
     waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
                                 str(_jsonl(tmp_path, *[CHAT] * 2)), "--shape", "openai", "--wait", "--yes",
                                 "--url", relay_api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
+        # its id printed: it is following (a SIGINT sent before the child's exec is lost, and another test's call
+        # may already be in flight on the upstream)
+        assert waiting.stdout is not None
+        batch_id = waiting.stdout.readline().strip()
         until(lambda: upstream.stats()["in_flight"] >= 1, what="the batch running")
         waiting.send_signal(signal.SIGINT)
-        out, err = waiting.communicate(timeout=60)
+        _, err = waiting.communicate(timeout=60)
     finally:
         upstream.forget("sk-batch-slow")
         if waiting.poll() is None:
             waiting.kill()
-    batch_id = out.splitlines()[0]
     assert waiting.returncode == 130 and "Traceback" not in err, err
     assert err.splitlines()[-1] == (f"stopped waiting; batch {batch_id} keeps running. Follow it: relay batches status"
                                     f" {batch_id}  Cancel it: relay batches cancel {batch_id}")
