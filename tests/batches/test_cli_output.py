@@ -190,17 +190,18 @@ def test_submit_wait_outlives_an_api_restart_and_says_what_it_is_doing(settings_
 def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel_it(  # type: ignore[no-untyped-def]
         relay_api, workers, make_key, upstream, tmp_path) -> None:
     slow = make_key("slow")["key"]
-    upstream.control("sk-batch-slow", latency_ms=3_000)
+    # its items outlast any wait below (a full run at load once saw the CLI end, its 3 s items done, unsignalled)
+    upstream.control("sk-batch-slow", latency_ms=30_000)
     waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
                                 str(_jsonl(tmp_path, *[CHAT] * 2)), "--shape", "openai", "--wait", "--yes",
                                 "--url", relay_api.url, "--key", slow], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        # its id printed: it is following (a SIGINT sent before the child's exec is lost, and another test's call
-        # may already be in flight on the upstream)
+        # its id printed: it is following (a SIGINT sent before the child's exec is lost)
         assert waiting.stdout is not None
         batch_id = waiting.stdout.readline().strip()
         until(lambda: upstream.stats()["in_flight"] >= 1, what="the batch running")
+        assert waiting.poll() is None, "the CLI stopped waiting before its Ctrl-C"
         waiting.send_signal(signal.SIGINT)
         _, err = waiting.communicate(timeout=60)
     finally:
