@@ -47,11 +47,12 @@ pg_up() {
   if [ ! -f "$d/data/PG_VERSION" ]; then
     log "initdb $d/data"
     runuser -u postgres -- "$PG_BIN/initdb" -D "$d/data" -U postgres --auth=trust -E UTF8 >/dev/null
+    # 1000 connections: two full test runs at once (each xdist worker's processes have pools) took more than 400
     cat >> "$d/data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$d'
-max_connections = 400
+max_connections = 1000
 shared_buffers = 256MB
 fsync = on
 synchronous_commit = on
