@@ -191,7 +191,7 @@ def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel
         relay_api, workers, make_key, upstream, tmp_path) -> None:
     here = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))  # what a child inherits
     slow = make_key("slow")["key"]
-    # its items outlast any wait below (a full run at load once saw the CLI end, its 3 s items done, unsignalled)
+    # its items outlast any wait below
     upstream.control("sk-batch-slow", latency_ms=30_000)
     waiting = subprocess.Popen([sys.executable, "-m", "app.cli", "batches", "submit",
                                 str(_jsonl(tmp_path, *[CHAT] * 2)), "--shape", "openai", "--wait", "--yes",
@@ -218,9 +218,10 @@ def test_ctrl_c_during_wait_stops_following_not_the_batch_and_says_how_to_cancel
 
 
 def _as_from_a_terminal() -> None:
-    """In the child before its exec: SIGINT unblocked and at its default, as a shell starts a command. A full run's
-    test process once passed on a SIGINT that its CLI never acted on (ignored or blocked, both inherited by a child;
-    Python installs its KeyboardInterrupt handler only over the default)."""
+    """In the child before its exec: SIGINT unblocked and at its default, as a shell starts a command in a terminal.
+    A test run started in the background by a non-interactive shell (`cmd &`, nohup) ignores SIGINT, every child
+    inherits that, and Python installs its KeyboardInterrupt handler only over the default: the CLI then never saw
+    its Ctrl-C."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
