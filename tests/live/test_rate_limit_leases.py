@@ -131,7 +131,7 @@ def test_live_calls_and_a_batch_on_four_processes_fill_each_window_exactly_to_it
     stop = threading.Event()
     threading.Timer(4 * WINDOW_S, stop.set).start()
     refused_at: list[float] = []
-    statuses = hammer([api.url for api in replicas], key, stop, refused_at=refused_at)
+    statuses = hammer([api.url for api in replicas], key, stop, reconnect_refused=True, refused_at=refused_at)
     # what is left of it would take later tests' windows (409: it has ended, its items all past the limit)
     assert requests.post(f"{replicas[0].url}/v1/batches/{res.json()['id']}/cancel", headers=bearer(key),
                          timeout=60).status_code in (200, 409)
