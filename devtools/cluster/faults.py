@@ -53,9 +53,12 @@ def _start(stack: ClusterStack, pace: Pace) -> tuple[str, str]:
     return key, batch_id
 
 
-def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s: float = 7) -> Fault:
+def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s: float = 7, moved_at_least: int = 0,
+                      moved_wait_s: float = 60) -> Fault:
     """SIGKILL the node leading the item queue for DOWN_S, then start it again. Worker group A lists that node
-    first (it must move), B another one (its dispatcher, which publishes through its first node, keeps going)."""
+    first (it must move), B another one (its dispatcher, which publishes through its first node, keeps going).
+    With MOVED_AT_LEAST, the node stays down past DOWN_S until group A has started that many items through another
+    node, for at most MOVED_WAIT_S more (a loaded machine once took longer than DOWN_S to move it)."""
     pace.slow(stack)
     queue = stack.settings.queue_name
     leader = cluster.leader(queue)
@@ -66,8 +69,13 @@ def kill_queue_leader(stack: ClusterStack, cluster: Cluster, pace: Pace, down_s:
     cluster.kill(f"rabbit{leader}")
     began = db_now(stack)
     time.sleep(down_s)
-    notes = {"leader": leader, "new_leader": cluster.leader(queue),
-             "moved": stack.item_rows(batch_id, "worker_id = %s AND started_at > to_timestamp(%s)", a_id, began + 2)}
+    give_up = time.monotonic() + moved_wait_s
+    while True:
+        moved = stack.item_rows(batch_id, "worker_id = %s AND started_at > to_timestamp(%s)", a_id, began + 2)
+        if len(moved) >= moved_at_least or time.monotonic() > give_up:
+            break
+        time.sleep(0.5)
+    notes = {"leader": leader, "new_leader": cluster.leader(queue), "moved": moved}
     cluster.start(f"rabbit{leader}")
     ended = db_now(stack)
     pace.fast(stack)

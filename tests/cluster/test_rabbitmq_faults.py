@@ -13,8 +13,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(
 
 def test_killing_the_node_that_leads_the_item_queue_loses_nothing_and_runs_nothing_twice(
         clustered: ClusterStack, cluster: Cluster) -> None:
-    pace = Pace("leader", items=800, during_ms=200, after_ms=20)
-    fault = kill_queue_leader(clustered, cluster, pace)
+    # enough items that group B alone cannot finish them while group A moves (40 items/s: 37 s)
+    pace = Pace("leader", items=1600, during_ms=200, after_ms=20)
+    fault = kill_queue_leader(clustered, cluster, pace, moved_at_least=2 * pace.threads)
 
     accounting = clustered.account(fault.key, fault.batch_id, pace.scenario, pace.items, timeout=180)
     assert accounting.states() == {"completed": pace.items}
