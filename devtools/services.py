@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
 import requests
+
+from devtools.waiting import until
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_PORT = int(os.environ.get("RELAY_PG_PORT", "54329"))
@@ -60,11 +61,8 @@ def ensure_services() -> None:
     if services_up():
         return
     subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "up"], check=True, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + UP_WAIT_S
-    while not services_up(timeout=15):
-        if time.monotonic() > deadline:
-            raise RuntimeError("Postgres or RabbitMQ did not come up (scripts/services.sh up)")
-        time.sleep(1)
+    until(lambda: services_up(timeout=15), what="Postgres and RabbitMQ to answer after scripts/services.sh up",
+          timeout=UP_WAIT_S, every=1)
 
 
 def fresh_services(name: str) -> ServiceUrls:

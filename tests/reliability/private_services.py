@@ -12,17 +12,10 @@ from pathlib import Path
 
 import psycopg
 
+from devtools.cluster.pgnodes import alive
 from devtools.cluster.ports import reserve
 from devtools.processes import ROOT
-
-
-def _alive(pid: int) -> bool:
-    """Whether process PID runs (a zombie, exited but not yet reaped by its parent, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from devtools.waiting import until
 
 
 def _pg_bin() -> Path:
@@ -113,11 +106,8 @@ class PrivateServices:
         took long enough on a loaded machine for a 15 s paced batch to end before the node stopped."""
         pid = int((self.directory / "rabbitmq" / "rabbit.pid").read_text().strip())
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"RabbitMQ node {self.mq_node} (pid {pid}) runs {timeout:.0f} s after SIGTERM")
-            time.sleep(0.05)
+        until(lambda: not alive(pid), what=f"RabbitMQ node {self.mq_node} (pid {pid}) to exit after SIGTERM",
+              timeout=timeout, every=0.05)
 
     def start_rabbitmq(self) -> None:
         """Start the node again (scripts/services.sh up starts only what is down)."""
