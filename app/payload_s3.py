@@ -4,30 +4,35 @@ RabbitMQ and the bucket. The layout (under RELAY_S3_PREFIX; docs/batches.md#payl
 - `<batch_id>/requests.bin`: the batch's request file in compressed frames (app/payload_s3_frames.py; one written
   before in the folder store's format, app/payload_files.py, is still read), streamed into a multipart upload as
   it is produced (app/payload_s3_stream.py; one PUT when small), so it is visible whole or not at all.
-- `<batch_id>/responses-<process>-<n>.seg`: S3 has no append, so the responses a worker process keeps for a batch
-  between two group commits are one immutable object, uploaded by `sync()` (with If-None-Match, never over
-  another) before their final states commit. A reference is (object, offset, length), read back by byte range.
-- `<batch_id>/packed-<process>-<n>.bin`: many such small objects of one process, packed into one (compressed
-  frames) with an index at its end, after which the small ones are deleted (app/payload_s3_packs.py): a batch ends
-  as a few large objects.
+- Responses: S3 has no append, so the responses a worker process keeps for a batch between two group commits are
+  one segment, `responses-<process>-<n>.seg`, made durable by `sync()` before their final states commit: a row of
+  the response spool in Postgres (app/payload_s3_spool.py; one short transaction instead of a PUT per commit), or,
+  for a store made without a database (tools, tests), an immutable object `<batch_id>/responses-...seg` (with
+  If-None-Match, never over another). A reference is (segment, offset, length).
+- `<batch_id>/packed-<process>-<n>.bin`: many such segments of one process, packed into one object (compressed
+  frames) with an index at its end, after which their rows (or small objects) are deleted
+  (app/payload_s3_packs.py): a batch ends as a few large objects.
 - `files/<file_id>`: an OpenAI Files API upload (app/payload_s3_uploads.py).
 
-A sync that fails keeps what it could not upload and tries it again first at the next sync, which fails as long as
-anything is left: a response is never committed with a reference to bytes that are not in the bucket.
+A sync that fails keeps what it could not keep and tries it again first at the next sync, which fails as long as
+anything is left: a response is never committed with a reference to bytes that are not durable (Postgres being away
+is raised as it is, so that the group writer waits for the database rather than give the responses up).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
+
+import psycopg
 
 from app.payload_files import IncompleteFile, WritePath
 from app.payload_port import (
@@ -35,32 +40,30 @@ from app.payload_port import (
     Found,
     PayloadMissing,
     PayloadStoreUnavailable,
-    Placed,
     ResponseRef,
     Wanted,
-    by_segment,
     process_token,
-    slice_span,
-    spans,
 )
 from app.payload_s3_blocks import RequestBlocks
 from app.payload_s3_client import failures, passing, reason, s3_client, status
-from app.payload_s3_frames import TAIL, Frames, RequestLayout, load_layout, write_framed_requests
-from app.payload_s3_packs import PACK_PREFIX, Packer, PackMap, Unpacked, read_index
+from app.payload_s3_frames import TAIL, RequestLayout, load_layout, write_framed_requests
+from app.payload_s3_packs import Packer, Unpacked
+from app.payload_s3_reads import ResponseReader
 from app.payload_s3_stream import ObjectStream
 from app.payload_s3_uploads import S3Uploads
 
 if TYPE_CHECKING:
     from app.payload_files import Body
+    from app.payload_s3_spool import Spool
 
 __all__ = ["S3Store", "s3_client"]
 
 REQUESTS = "requests.bin"
-_INDEXES = 64  # request-file indexes (and pack maps) kept per process (a 100,000-item batch's index is 800 kB)
+_INDEXES = 64  # request-file indexes kept per process (a 100,000-item batch's index is 800 kB)
 _DELETE_MAX = 1000  # keys per DeleteObjects call (S3's limit)
 _REMOVE_ROUNDS = 3  # listings a removal deletes, so that a pack written during the first is removed too
+log = logging.getLogger(__name__)
 T = TypeVar("T")
-READ_PARALLEL = 16  # ranged GETs a results read has in flight at once
 READ_RETRIES_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between reads of a request while the store is unreachable
 
 
@@ -72,12 +75,14 @@ class _Pending:
 
 
 class S3Store:
-    """The payload port on a bucket; STAGING is a local folder (this replica's own) for files being uploaded."""
+    """The payload port on a bucket; STAGING is a local folder (this replica's own) for files being uploaded; SPOOL
+    where responses are durable until packed (None: a small object each sync)."""
 
     def __init__(self, client: Any, bucket: str, prefix: str, staging: str | os.PathLike[str], *, mode: int,
-                 unpacked: Unpacked | None = None) -> None:
-        self.client, self.bucket, self.prefix = client, bucket, prefix
+                 unpacked: Unpacked | None = None, spool: Spool | None = None) -> None:
+        self.client, self.bucket, self.prefix, self.spool = client, bucket, prefix, spool
         self.failures = failures()
+        self._failing: tuple[type[Exception], ...] = (*self.failures, psycopg.Error)  # the bucket's or the spool's
         self.staging, self.write_path = Path(staging), WritePath(mode)
         self.uploads = S3Uploads(self)
         self._lock = threading.Lock()
@@ -87,11 +92,10 @@ class S3Store:
         self._generation = 0
         self._pid, self._token = os.getpid(), process_token()
         self._indexes: OrderedDict[UUID, RequestLayout] = OrderedDict()
-        self._pack_maps: OrderedDict[UUID, PackMap] = OrderedDict()
         self._blocks = RequestBlocks()
         self.packer = Packer(self, unpacked or Unpacked())
-        self._readers: ThreadPoolExecutor | None = None
-        self._readers_pid = 0
+        self.packer.unpacked.alone = spool is not None  # a segment's row is moved into the bucket even alone
+        self.reader = ResponseReader(self)
 
     def key(self, batch_id: UUID, name: str) -> str:
         return f"{self.prefix}{batch_id}/{name}"
@@ -203,11 +207,14 @@ class S3Store:
         return ResponseRef(pending.name, offset, len(body))
 
     def sync(self) -> None:
-        """Upload every object kept since the last sync (and any a failed sync left), one PUT each; each uploaded is
-        held for packing."""
+        """Make every segment kept since the last sync (and any a failed sync left) durable: spooled in one
+        transaction, or one PUT each; each is then held for packing."""
         with self._lock:
             todo = self._retry + list(self._pending.values())
             self._retry, self._pending = [], {}
+        if self.spool is not None:
+            self._spool(todo)
+            return
         failed: list[_Pending] = []
         why = ""
         for pending in todo:
@@ -224,6 +231,21 @@ class S3Store:
                 self._retry = failed + self._retry
             raise PayloadStoreUnavailable(message=f"cannot upload the responses: {why}")
 
+    def _spool(self, todo: list[_Pending]) -> None:
+        if not todo or self.spool is None:
+            return
+        rows = [(pending.batch_id, pending.name, bytes(pending.data)) for pending in todo]
+        try:
+            self.spool.put(rows)
+        except psycopg.Error as exc:
+            with self._lock:
+                self._retry = todo + self._retry
+            if isinstance(exc, psycopg.OperationalError):
+                raise  # the database away: the final states cannot commit either, and are tried again with these
+            raise PayloadStoreUnavailable(message=f"cannot spool the responses: {exc}") from exc
+        for batch_id, name, body in rows:
+            self.packer.uploaded(batch_id, name, body)
+
     def put_new(self, key: str, body: bytes) -> None:
         """Upload a new object, never over another (If-None-Match)."""
         try:
@@ -239,82 +261,7 @@ class S3Store:
         return None if found is None else bytes(found)
 
     def read_responses(self, batch_id: UUID, items: Sequence[Wanted]) -> Found:
-        """read_response of many ITEMS: one ranged GET per span of an object (app/payload_port.spans), a pack's
-        where its small object was packed, up to READ_PARALLEL of them at once. Those whose small object is gone
-        are read again from the packs found by a fresh look (packed meanwhile)."""
-        found: Found = [None] * len(items)
-        grouped, _ = by_segment(items)
-        grouped = {segment: ranges for segment, ranges in grouped.items() if SEGMENT_NAME.fullmatch(segment)}
-        failed = self._read_into(batch_id, grouped, self._pack_map(batch_id), found)
-        if failed:
-            packs = self._pack_map(batch_id, fresh=True)
-            self._read_into(batch_id, {s: grouped[s] for s in failed if s in packs.where}, packs, found)
-        return found
-
-    def _read_into(self, batch_id: UUID, grouped: dict[str, list[tuple[int, int, int]]], packs: PackMap,
-                   found: Found) -> set[str]:
-        """Read GROUPED (small object → its ranges) into FOUND, through PACKS; the small objects not read. Each
-        small object's spans are placed at its base in its pack, and neighbouring ones read as one."""
-        per_object: dict[str, list[Placed]] = {}
-        for segment, ranges in grouped.items():
-            name, base = packs.where.get(segment, (segment, 0))
-            per_object.setdefault(name, []).extend((base + start, end - start, segment, base, span)
-                                                   for start, end, span in spans(ranges))
-        reads = [(self.key(batch_id, name), start, end, placed, packs.frames.get(name))
-                 for name, parts in per_object.items() for start, end, placed in spans(sorted(parts))]
-        failed: set[str] = set()
-        for (_, start, _, placed, _), data in zip(reads, self._reader().map(self._get_span, reads), strict=True):
-            for _, _, segment, base, span in placed:
-                if data is None:
-                    failed.add(segment)
-                else:
-                    slice_span(data, start - base, span, found)  # a range's offset is in its small object
-        return failed
-
-    def _pack_map(self, batch_id: UUID, *, fresh: bool = False) -> PackMap:
-        """Where the batch's packed small objects are: from memory, or (the first time, or FRESH) a listing of its
-        packs, oldest first, and the indexes of those not read yet (a pack replaced since drops out)."""
-        with self._lock:
-            known = self._pack_maps.get(batch_id)
-            if known is not None and not fresh:
-                self._pack_maps.move_to_end(batch_id)
-                return known
-        known = known or PackMap()
-        try:
-            listed = sorted(self._list(self.key(batch_id, PACK_PREFIX)), key=lambda entry: entry[1])
-        except self.failures:
-            return known
-        names = [key.rsplit("/", 1)[1] for key, _ in listed]
-        new = [name for name in names if name not in known.indexes]
-        read = dict(zip(new, self._reader().map(lambda name: read_index(self, self.key(batch_id, name)), new),
-                        strict=True))
-        found = PackMap.of([(name, index) for name in names
-                            if (index := known.indexes.get(name) or read.get(name)) is not None])
-        with self._lock:
-            self._pack_maps[batch_id] = found
-            while len(self._pack_maps) > _INDEXES:
-                self._pack_maps.popitem(last=False)
-        return found
-
-    def _get_span(self, read: tuple[str, int, int, Any, Frames | None]) -> bytes | None:
-        """Bytes START:END of an object (of a compressed pack's uncompressed bytes: the frames holding them); None
-        when they cannot be read."""
-        key, start, end, _, frames = read
-        if end == start:
-            return b""
-        try:
-            if frames is None:
-                return self.get(key, start, end - start)
-            return frames.read(lambda offset, length: self.get(key, offset, length), start, end - start)
-        except self.failures:
-            return None
-
-    def _reader(self) -> ThreadPoolExecutor:
-        """This process's pool of result readers (made again in a forked child)."""
-        with self._lock:
-            if self._readers is None or self._readers_pid != os.getpid():
-                self._readers, self._readers_pid = ThreadPoolExecutor(READ_PARALLEL, "relay-s3-read"), os.getpid()
-            return self._readers
+        return self.reader.read(batch_id, items)
 
     def get(self, key: str, offset: int, length: int) -> bytes:
         """LENGTH bytes of the object KEY from OFFSET (one ranged GET)."""
@@ -335,16 +282,31 @@ class S3Store:
             self._pending.pop(batch_id, None)
             self._retry = [p for p in self._retry if p.batch_id != batch_id]
             self._indexes.pop(batch_id, None)
-            self._pack_maps.pop(batch_id, None)
+        self.reader.forget(batch_id)
         try:
+            if self.spool is not None:
+                self.spool.delete(batch_id)
             for _ in range(_REMOVE_ROUNDS):
-                keys = [key for key, _ in self._list(f"{self.prefix}{batch_id}/")]
+                keys = [key for key, _ in self.list_keys(f"{self.prefix}{batch_id}/")]
                 if not keys:
                     return True
                 self.delete_keys(keys)
-            return not any(True for _ in self._list(f"{self.prefix}{batch_id}/"))
-        except self.failures:
+            return not any(True for _ in self.list_keys(f"{self.prefix}{batch_id}/"))
+        except self._failing:
             return False
+
+    def drop_packed(self, batch_id: UUID, segments: list[str], pack: str | None = None) -> None:
+        """SEGMENTS of BATCH_ID are in a pack: delete their rows (or small objects), and the pack PACK (one they
+        replace). A spool that cannot be reached keeps its rows: they are packed again once orphans (equal bytes)."""
+        keys = [pack] if pack else []
+        if self.spool is None:
+            keys += segments
+        else:
+            try:
+                self.spool.delete(batch_id, segments)
+            except psycopg.Error as exc:
+                log.warning("cannot delete packed rows of the response spool: %s", exc)
+        self.delete_keys([self.key(batch_id, name) for name in keys])
 
     def delete_keys(self, keys: list[str]) -> None:
         for start in range(0, len(keys), _DELETE_MAX):
@@ -365,17 +327,20 @@ class S3Store:
         """Every batch with objects in the bucket, with the time its newest object was written."""
         newest: dict[UUID, float] = {}
         try:
-            for key, written in self._list(self.prefix):
+            for key, written in self.list_keys(self.prefix):
                 try:
                     batch_id = UUID(key[len(self.prefix):].split("/", 1)[0])
                 except ValueError:
                     continue  # files/ and anything else under the prefix
                 newest[batch_id] = max(written, newest.get(batch_id, 0.0))
-        except self.failures:
+            if self.spool is not None:
+                for batch_id, written in self.spool.batches().items():
+                    newest[batch_id] = max(written, newest.get(batch_id, 0.0))
+        except self._failing:
             pass
         yield from newest.items()
 
-    def _list(self, prefix: str) -> Iterator[tuple[str, float]]:
+    def list_keys(self, prefix: str) -> Iterator[tuple[str, float]]:
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             for entry in page.get("Contents", ()):
                 yield entry["Key"], entry["LastModified"].timestamp()
@@ -383,12 +348,10 @@ class S3Store:
     def close(self) -> None:
         try:
             self.sync()
-        except PayloadStoreUnavailable:
+        except (PayloadStoreUnavailable, psycopg.Error):
             pass
         self.packer.close()
-        if self._readers is not None and self._readers_pid == os.getpid():
-            self._readers.shutdown(wait=False)
-            self._readers = None
+        self.reader.close()
 
     def staged_file(self) -> IO[bytes]:
         """A new anonymous file in the local staging folder, open for writing and reading."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 from uuid import UUID
@@ -12,6 +12,7 @@ from app.payload_files import IncompleteFile
 
 if TYPE_CHECKING:
     from app.payload_files import WritePath
+    from app.payload_s3_spool import Spool
     from app.settings import Settings
 
 
@@ -24,6 +25,7 @@ class Bucket(Protocol):
     failures: tuple[type[Exception], ...]
     staging: Path
     write_path: WritePath
+    spool: Spool | None
 
     def key(self, batch_id: UUID, name: str) -> str: ...
 
@@ -36,6 +38,10 @@ class Bucket(Protocol):
     def removed(self, batch_id: UUID) -> bool: ...
 
     def delete_keys(self, keys: list[str]) -> None: ...
+
+    def drop_packed(self, batch_id: UUID, segments: list[str], pack: str | None = None) -> None: ...
+
+    def list_keys(self, prefix: str) -> Iterator[tuple[str, float]]: ...
 
     def staged_file(self) -> IO[bytes]: ...
 

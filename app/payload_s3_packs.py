@@ -1,16 +1,18 @@
-"""Packs: a worker process's small response objects of a batch, rewritten as one large object (the S3 store's
-compaction). A group commit uploads one small immutable object per batch (durable before the items' final states
-commit); at most every PACK_OBJECTS of them, and when a batch has had no upload for PACK_IDLE_S (it ended, or this
-process has no more of its items), the process writes the bytes it still holds for them as one `packed-...bin`
-object, those bytes in compressed frames (app/payload_s3_frames.py: a results read fetches and inflates only the
-frames that hold its span) with its index (each small object's name, offset and length in the uncompressed bytes,
-and the frame table) at its end, then deletes the small ones; packs written before (magic `RLYPACK1`, the bytes
-as they are) are still read. A pack of fewer than PACK_OBJECTS stays open (its bytes held) and is rewritten with
-the next small objects of its batch, replacing it (a batch whose items come slowly ends as one pack per
-process). The pack and its index are one PUT, so there is nothing to commit between them: a crash before the PUT
-completes leaves the small objects; a crash after it leaves both, equal bytes, and readers prefer the pack. A
-reader maps a reference's small object to its pack (a listing of the batch's packs and their indexes, cached), and
-when a small object is gone (packed meanwhile) looks for the packs again.
+"""Packs: a worker process's response segments of a batch, written as one large object (the S3 store's
+compaction). A group commit keeps one segment per batch, durable before the items' final states commit: a row of
+the response spool (app/payload_s3_spool.py), or a small object of a store without one. At most every PACK_OBJECTS
+of them, and when a batch has had no new segment for PACK_IDLE_S (it ended, or this process has no more of its
+items), the process writes the bytes it still holds for them as one `packed-...bin` object, those bytes in
+compressed frames (app/payload_s3_frames.py: a results read fetches and inflates only the frames that hold its
+span) with its index (each segment's name, offset and length in the uncompressed bytes, and the frame table) at its
+end, then deletes their rows or small objects. Rows left by a process that died are packed by another process's
+packer (it looks every ADOPT_EVERY_S) once they are orphans. Packs written before (magic `RLYPACK1`, the bytes as
+they are) are still read. A pack of fewer than PACK_OBJECTS stays open (its bytes held) and is rewritten with the
+next segments of its batch, replacing it (a batch whose items come slowly ends as one pack per process). The pack
+and its index are one PUT, so there is nothing to commit between them: a crash before the PUT completes leaves the
+rows or small objects; a crash after it leaves both, equal bytes, and readers prefer the pack. A reader maps a
+reference's segment to its pack (a listing of the batch's packs and their indexes, cached), else reads its row or
+small object, and when neither is there (packed meanwhile) looks for the packs again.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ PACK_OBJECTS = 512  # small objects of a batch a process packs at once, at most
 PACK_BYTES = 32 << 20  # ... or as many as hold this many bytes
 PACK_IDLE_S = 2.0  # a batch without an upload for this long has what is left packed
 PACK_FORGET_S = 600.0  # a batch's open pack is let go (its bytes no longer held) after this long without an upload
+ADOPT_EVERY_S = 60.0  # how often a packer looks for the spool's orphaned rows
 PACK_TAIL = 64 << 10  # bytes of a pack's end read to find its index (more when the index is longer)
 _MAGIC = b"RLYPACK1"  # the small objects' bytes as they are, then the index
 _FRAMED_MAGIC = b"RLYPACK2"  # their bytes in compressed frames, then the index and the frame table
@@ -123,6 +126,7 @@ class Unpacked:
 
     def __init__(self, *, objects: int = PACK_OBJECTS, idle_s: float = PACK_IDLE_S) -> None:
         self.objects, self.idle_s = objects, idle_s
+        self.alone = False  # whether a lone segment is packed (a spool row: yes; a small object: it gains nothing)
         self._lock = threading.Lock()
         self._batches: dict[UUID, _Unpacked] = {}
 
@@ -141,15 +145,16 @@ class Unpacked:
 
     def due(self, *, everything: bool = False) -> list[Due]:
         """Take the batches due: PACK_OBJECTS of them (or PACK_BYTES), idle ones, or EVERYTHING, each with two
-        objects or more (one alone is held until another comes). A batch with nothing new for PACK_FORGET_S (or at
-        EVERYTHING) has its open pack closed: its bytes let go."""
+        segments or more unless `alone` (one alone is held until another comes). A batch with nothing new for
+        PACK_FORGET_S (or at EVERYTHING) has its open pack closed: its bytes let go."""
         now, taken = time.monotonic(), []
         with self._lock:
             for batch_id, held in list(self._batches.items()):
                 if not held.fresh:
                     if everything or now - held.last >= PACK_FORGET_S:
                         del self._batches[batch_id]
-                elif (self._full(held) or everything or now - held.last >= self.idle_s) and len(held.parts) > 1:
+                elif (self._full(held) or everything or now - held.last >= self.idle_s) \
+                        and len(held.parts) > (0 if self.alone else 1):
                     del self._batches[batch_id]
                     taken.append(Due(batch_id, held.parts, held.pack))
         return taken
@@ -202,8 +207,8 @@ class Packer:
     """A process's packing of its small objects, on a thread of its own (made again in a forked child): a batch's
     are packed when PACK_OBJECTS are held, when it had no upload for the idle time, and all of them at close."""
 
-    def __init__(self, store: Bucket, unpacked: Unpacked) -> None:
-        self.store, self.unpacked = store, unpacked
+    def __init__(self, store: Bucket, unpacked: Unpacked, *, adopt_every_s: float = ADOPT_EVERY_S) -> None:
+        self.store, self.unpacked, self.adopt_every_s = store, unpacked, adopt_every_s
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = 0
@@ -219,13 +224,36 @@ class Packer:
             self._thread.start()
 
     def _run(self) -> None:
+        adopted = -self.adopt_every_s
         while not self._closed:
-            self._wake.wait(self.unpacked.idle_s / 2)
+            self._wake.wait(min(self.unpacked.idle_s / 2, self.adopt_every_s))
             self._wake.clear()
             try:
                 self.pack_due()
+                if time.monotonic() - adopted >= self.adopt_every_s:
+                    adopted = time.monotonic()
+                    self.adopt()
             except Exception:  # a bug must not end packing for the process's life: its objects stay readable
                 log.exception("packing small response objects failed")
+
+    def adopt(self) -> int:
+        """Pack the spool's orphaned rows (app/payload_s3_spool.Spool.adopt); how many were packed."""
+        import psycopg
+
+        if self.store.spool is None:
+            return 0
+        try:
+            return self.store.spool.adopt(self._write_adopted)
+        except psycopg.Error as exc:
+            log.warning("cannot look for the response spool's orphaned rows: %s", exc)
+            return 0
+
+    def _write_adopted(self, batch_id: UUID, parts: list[tuple[str, bytes]]) -> bool:
+        try:
+            self._write(batch_id, parts)
+        except self.store.failures:
+            return False
+        return True
 
     def pack_due(self, *, everything: bool = False) -> int:
         """Pack the batches due (EVERYTHING: all held); how many packs were written."""
@@ -242,17 +270,22 @@ class Packer:
         return written
 
     def pack(self, batch_id: UUID, parts: list[tuple[str, bytes]], replaces: str | None = None) -> str | None:
-        """Write PARTS of BATCH_ID as one pack, then delete their small objects and the pack it REPLACES; the
-        pack's name. A pack of a batch removed meanwhile (its request file gone) is deleted again rather than
-        outlive it (None)."""
+        """Write PARTS of BATCH_ID as one pack, then delete their rows (or small objects) and the pack it
+        REPLACES; the pack's name (None: the batch was removed meanwhile)."""
+        name = self._write(batch_id, parts)
+        if name is not None:  # else the removal deletes them (a row spooled after it: once an orphan)
+            self.store.drop_packed(batch_id, [small for small, _ in parts], replaces)
+        return name
+
+    def _write(self, batch_id: UUID, parts: list[tuple[str, bytes]]) -> str | None:
+        """Put PARTS of BATCH_ID as a new pack; its name. A pack of a batch removed meanwhile (its request file
+        gone) is deleted again rather than outlive it (None)."""
         name = self.store.object_name(PACK_PREFIX, "bin")
         key = self.store.key(batch_id, name)
         self.store.put_new(key, encode_pack(parts))
         if self.store.removed(batch_id):
             self.store.delete_keys([key])
             return None
-        done = [small for small, _ in parts] + ([replaces] if replaces else [])
-        self.store.delete_keys([self.store.key(batch_id, small) for small in done])
         return name
 
     def close(self) -> None:

@@ -295,6 +295,8 @@ class GroupWriter:
             return finals
         try:
             self._before_commit()
+        except psycopg.OperationalError:
+            raise  # the database away (a sync in it): waited for with the commit, the responses kept
         except Exception as exc:
             if self._unsynced is None:
                 raise

@@ -1,9 +1,10 @@
 """The S3 payload backend's guarantees on a real S3 server (SeaweedFS) and real `relay api` / `relay worker`
 processes: a batch is stored whole or not at all (the object store down or refusing at submit: 507 and nothing in
-Postgres); a response is in the bucket before its item's final state commits, and with the store stopped mid-drain
-and back nothing is lost or run twice, every item that could not be kept recorded as such; delete and purge remove
-the objects; and replicas that share nothing but Postgres, RabbitMQ and the bucket (each its own
-RELAY_BATCH_PAYLOAD_DIR) complete every item, results and output files served by either API."""
+Postgres); a response is durable (in the response spool, then packed into the bucket) before its item's final
+state commits, and with the store stopped mid-drain and back nothing is lost or run twice, every item that could not
+be read recorded as such; delete and purge remove the objects and the spool's rows; and replicas that share nothing
+but Postgres, RabbitMQ and the bucket (each its own RELAY_BATCH_PAYLOAD_DIR) complete every item, results and
+output files served by either API."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from devtools.fake_upstream.harness import FakeUpstream
 from devtools.seaweedfs import SeaweedFS
 from devtools.services import ServiceUrls
 from devtools.stack import Stack, item_requests, upstream_key
+from devtools.waiting import until
 from tests.batches.provider_helpers import jsonl, wait_openai
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
@@ -63,6 +65,11 @@ def _noise(seed: int) -> str:
     """5,000 characters that compress to about 3,750 bytes (random bytes in base64: the request file is
     compressed in the bucket)."""
     return base64.b64encode(random.Random(seed).randbytes(3750)).decode()
+
+
+def _spooled(stack: Stack, batch_id: str) -> int:
+    """The batch's rows in the response spool (its responses not packed into the bucket yet)."""
+    return int(stack.db_one("SELECT count(*) AS n FROM payload_spool WHERE batch_id = %s", batch_id)["n"])
 
 
 def _batch_rows(stack: Stack, key_id: str) -> int:
@@ -152,14 +159,24 @@ def test_delete_and_purge_remove_the_batchs_objects(on_s3: Stack, seaweedfs: Sea
     deleted, purged = stack.submit(key, "s3-delete", 20), stack.submit(key, "s3-purge", 20)
     for batch_id in (deleted, purged):
         stack.wait_finished(key, batch_id)
-        assert len(_keys(seaweedfs, batch_id)) >= 2  # the requests and at least one object of responses
+        until(lambda batch_id=batch_id: len(_keys(seaweedfs, batch_id)), lambda n: n >= 2, timeout=60,
+              what="the requests and a pack of responses")  # packed once the batch is idle 2 s
+    _leave_a_spool_row(stack, key, purged)  # and a response still in the spool
+    assert _spooled(stack, purged) == 1
 
     res = stack.call(key, "DELETE", f"/v1/batches/{deleted}")
     assert res.status_code == 200, res.get_data(as_text=True)
     assert _keys(seaweedfs, deleted) == []
     report = purge_batches(stack.runtime, datetime.now(UTC) + timedelta(seconds=1))
     assert report.batches >= 1 and report.left_behind == 0
-    assert _keys(seaweedfs, purged) == []
+    assert _keys(seaweedfs, purged) == [] and _spooled(stack, purged) == 0
+
+
+def _leave_a_spool_row(stack: Stack, key: str, batch_id: str) -> None:
+    """A response row in the spool for BATCH_ID, as a worker process that died before packing it leaves one."""
+    with stack.runtime.pool.connection() as conn:
+        conn.execute("INSERT INTO payload_spool (batch_id, name, data) VALUES (%s, 'responses-1-2-3.seg', 'x')",
+                     (batch_id,))
 
 
 def test_replicas_sharing_only_the_services_and_the_bucket_complete_every_item(
@@ -228,17 +245,16 @@ def test_a_finished_batch_ends_as_a_few_packs_and_its_results_stay_whole_while_i
     batch_id = stack.submit(key, "s3-packs", ITEMS)
     stack.wait_finished(key, batch_id, timeout=180)
     deadline, reads = time.monotonic() + 90, 0
-    while True:  # results read over and over while the workers pack the batch's objects (idle: after 2 s)
-        keys = _keys(seaweedfs, f"{batch_id}/")
+    while True:  # results read over and over while the workers pack the batch's spool rows (idle: after 2 s)
+        keys, spooled = _keys(seaweedfs, f"{batch_id}/"), _spooled(stack, batch_id)
         res = stack.call(key, "GET", f"/v1/batches/{batch_id}/results", query_string={"format": "jsonl"})
         lines = [json.loads(line) for line in res.get_data().splitlines()]
         assert [line["idx"] for line in lines] == list(range(ITEMS))
         assert all(line["response"]["object"] == "chat.completion" for line in lines), lines[-1]
         reads += 1
-        small = [k for k in keys if "/responses-" in k]
-        if len(small) <= 2 or time.monotonic() > deadline:
+        if not spooled or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     packs = [k for k in keys if "/packed-" in k]
-    assert len(small) <= 2 and packs, keys  # a process's lone last object may stay as it is
-    assert len(keys) <= 12 and reads >= 1, keys  # ~100 objects (one per group commit) before
+    assert spooled == 0 and packs, keys  # every row packed, a process's lone last one too
+    assert len(keys) <= 12 and reads >= 1, keys  # ~100 rows (one per group commit) before

@@ -62,7 +62,7 @@ def test_events_recorded_before_the_upgrade_read_the_same_and_later_items_share_
         for idx in range(2):
             conn.execute(_OLD_ROW, (None, "batch", cred, b"k" * 32, principal, policy, "/v1/batches", old_batch, idx))
 
-    assert apply_migrations(upgraded_url) == [SHARED_FROM]
+    assert apply_migrations(upgraded_url)[:1] == [SHARED_FROM]  # and any later ones
 
     with psycopg.connect(upgraded_url, row_factory=dict_row) as conn:
         rows = _read(conn, old_batch)
@@ -93,7 +93,7 @@ def test_items_finished_before_the_upgrade_keep_their_segment_names_and_new_ones
         conn.execute("INSERT INTO batch_items (batch_id, idx, state, response_segment, response_offset,"
                      " response_length) VALUES (%s, 0, 'completed', %s, 0, 10)", (batch_id, whole))
 
-    assert apply_migrations(upgraded_url) == [SHARED_FROM]
+    assert apply_migrations(upgraded_url)[:1] == [SHARED_FROM]  # and any later ones
 
     with psycopg.connect(upgraded_url) as conn:
         assert [row[1] for row in result_rows(conn, batch_id, after=-1, limit=10)] == [whole]
