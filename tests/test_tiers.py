@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 # A file of three tests, each writing its node id and the worker that ran it to OUT/<name>.
 RECORDING_TESTS = """
-import json, os, pathlib, time
+import json, os, pathlib
 
 import pytest
 
@@ -21,7 +21,7 @@ import pytest
 def test_records(request, n):
     out = pathlib.Path(os.environ["TIERS_OUT"]) / f"{request.node.name}-{__name__}.json"
     out.write_text(json.dumps({"file": __name__, "nodeid": request.node.nodeid,
-                               "worker": os.environ["PYTEST_XDIST_WORKER"], "at": time.monotonic_ns()}))
+                               "worker": os.environ["PYTEST_XDIST_WORKER"]}))
 """
 
 
@@ -51,20 +51,3 @@ def test_a_file_that_took_a_large_share_of_the_recorded_run_is_slow(pytester: py
                                            "-m", "not slow", "-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["*test_short.py::test_short PASSED*"])
-
-
-def test_under_loadgroup_the_groups_that_took_longest_are_handed_out_first(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The scheduler hands groups out in collection order: the order the record gives, the longest first, each
-    group's tests together and in their order (one worker: its run order is the order handed out)."""
-    pytester.makepyfile(test_first=RECORDING_TESTS, test_second=RECORDING_TESTS, test_third=RECORDING_TESTS)
-    pytester.makefile(".json", timings=json.dumps({"files": {"test_first.py": 1.0, "test_second.py": 300.0,
-                                                             "test_third.py": 20.0}}))
-    monkeypatch.setenv("TIERS_OUT", str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    result = pytester.runpytest_subprocess("-p", "tests.tiers", "-o", "relay_test_timings=timings.json", "-n", "1",
-                                           "--dist", "loadgroup", "-q", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=9)
-    runs = sorted((json.loads(path.read_text()) for path in tmp_path.glob("*.json")), key=lambda run: run["at"])
-    assert [run["nodeid"].split("@")[0] for run in runs] == [
-        f"{name}.py::test_records[{n}]" for name in ("test_second", "test_third", "test_first") for n in range(3)]

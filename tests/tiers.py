@@ -17,15 +17,12 @@ docs/development.md). A test using one of SPREAD_FIXTURES is a group of its own,
 tests spread over the processes (each builds that session fixture once for those it runs).
 
 Record (tests/timings.json, written by `python -m devtools.test_timings` from a run's JUnit report): the seconds
-each file took. A file that took SLOW_SHARE of the recorded run or more is `slow`. Under --dist loadgroup the groups
-that took longest go first (`longest_first`): the scheduler hands groups out in collection order, and a long group
-handed out last made the run wait for it alone on one worker while the others sat idle.
+each file took. A file that took SLOW_SHARE of the recorded run or more is `slow`.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -50,7 +47,6 @@ TIMINGS = ROOT / "timings.json"
 # A file that took this share of the recorded run or more is slow too, wherever it is (a CLI file whose tests each
 # start processes, the slow clients' deadlines): the default local run stays short.
 SLOW_SHARE = 0.015
-UNRECORDED_S = 5.0  # the seconds of a file the record does not have (a new one), for the order only
 
 
 def _folder(item: pytest.Item) -> str:
@@ -99,8 +95,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     named = str(config.getini("relay_test_timings"))
-    seconds = recorded_seconds(config.rootpath / named if named else TIMINGS)
-    slow_files = recorded_slow(seconds)
+    slow_files = recorded_slow(recorded_seconds(config.rootpath / named if named else TIMINGS))
     for item in items:
         for name in tiers(item, slow_files):
             item.add_marker(getattr(pytest.mark, name))
@@ -108,8 +103,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group(item)))
         if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
             schedule_by_group(item)
-    if getattr(config.option, "loadgroup", False):
-        items[:] = longest_first(items, seconds)
 
 
 def recorded_seconds(path: Path = TIMINGS) -> dict[str, float]:
@@ -124,31 +117,12 @@ def _file(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def longest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
-    """ITEMS with the groups that take longest first (each test counted as its file's recorded SECONDS shared by
-    the file's tests; a file not recorded as UNRECORDED_S), each group's tests kept together in their order: the
-    same order on every worker, as pytest-xdist requires."""
-    per_file = Counter(_file(item) for item in items)
-    took: dict[str, float] = {}
-    for item in items:
-        name = _group_of(item)
-        took[name] = took.get(name, 0.0) + seconds.get(_file(item), UNRECORDED_S) / per_file[_file(item)]
-    first = {}
-    for at, item in enumerate(items):
-        first.setdefault(_group_of(item), at)
-    return sorted(items, key=lambda item: (-took[_group_of(item)], first[_group_of(item)]))
-
-
-def _group_of(item: pytest.Item) -> str:
-    """The name --dist loadgroup schedules ITEM by: its xdist_group marks' names."""
-    return "_".join(sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                            for mark in item.iter_markers("xdist_group")}))
-
-
 def schedule_by_group(item: pytest.Item) -> None:
     """Give ITEM the node id `<id>@<group>` that --dist loadgroup schedules by, as pytest-xdist means to: its 3.8
     sets the `_nodeid` attribute pytest 9.2 no longer reads, so without this every test was scheduled on its own (a
     file's module fixtures, and the cluster, started on several workers at once)."""
     if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
         return
-    item._id = NodeId.parse(f"{item.nodeid}@{_group_of(item)}")  # pytest has no public setter
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter
