@@ -94,7 +94,6 @@ class S3Store:
         self._indexes: OrderedDict[UUID, RequestLayout] = OrderedDict()
         self._blocks = RequestBlocks()
         self.packer = Packer(self, unpacked or Unpacked())
-        self.packer.unpacked.alone = spool is not None  # a segment's row is moved into the bucket even alone
         self.reader = ResponseReader(self)
 
     def key(self, batch_id: UUID, name: str) -> str:
@@ -213,7 +212,7 @@ class S3Store:
             todo = self._retry + list(self._pending.values())
             self._retry, self._pending = [], {}
         if self.spool is not None:
-            self._spool(todo)
+            self._spool(self.spool, todo)
             return
         failed: list[_Pending] = []
         why = ""
@@ -231,12 +230,11 @@ class S3Store:
                 self._retry = failed + self._retry
             raise PayloadStoreUnavailable(message=f"cannot upload the responses: {why}")
 
-    def _spool(self, todo: list[_Pending]) -> None:
-        if not todo or self.spool is None:
-            return
+    def _spool(self, spool: Spool, todo: list[_Pending]) -> None:
+        """sync() into SPOOL: TODO's segments as rows in one transaction, then held for packing."""
         rows = [(pending.batch_id, pending.name, bytes(pending.data)) for pending in todo]
         try:
-            self.spool.put(rows)
+            spool.put(rows)
         except psycopg.Error as exc:
             with self._lock:
                 self._retry = todo + self._retry

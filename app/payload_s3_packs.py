@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 from uuid import UUID
 
+import psycopg
+
 from app.payload_s3_client import Bucket
 from app.payload_s3_frames import Frames, FrameWriter
 
@@ -126,7 +128,6 @@ class Unpacked:
 
     def __init__(self, *, objects: int = PACK_OBJECTS, idle_s: float = PACK_IDLE_S) -> None:
         self.objects, self.idle_s = objects, idle_s
-        self.alone = False  # whether a lone segment is packed (a spool row: yes; a small object: it gains nothing)
         self._lock = threading.Lock()
         self._batches: dict[UUID, _Unpacked] = {}
 
@@ -143,9 +144,10 @@ class Unpacked:
     def _full(self, held: _Unpacked) -> bool:
         return len(held.parts) >= self.objects or held.size >= PACK_BYTES
 
-    def due(self, *, everything: bool = False) -> list[Due]:
+    def due(self, *, everything: bool = False, alone: bool = False) -> list[Due]:
         """Take the batches due: PACK_OBJECTS of them (or PACK_BYTES), idle ones, or EVERYTHING, each with two
-        segments or more unless `alone` (one alone is held until another comes). A batch with nothing new for
+        segments or more unless ALONE (one alone is held until another comes: packing a lone small object gains
+        nothing, a lone spool row is moved into the bucket). A batch with nothing new for
         PACK_FORGET_S (or at EVERYTHING) has its open pack closed: its bytes let go."""
         now, taken = time.monotonic(), []
         with self._lock:
@@ -154,7 +156,7 @@ class Unpacked:
                     if everything or now - held.last >= PACK_FORGET_S:
                         del self._batches[batch_id]
                 elif (self._full(held) or everything or now - held.last >= self.idle_s) \
-                        and len(held.parts) > (0 if self.alone else 1):
+                        and len(held.parts) > (0 if alone else 1):
                     del self._batches[batch_id]
                     taken.append(Due(batch_id, held.parts, held.pack))
         return taken
@@ -238,8 +240,6 @@ class Packer:
 
     def adopt(self) -> int:
         """Pack the spool's orphaned rows (app/payload_s3_spool.Spool.adopt); how many were packed."""
-        import psycopg
-
         if self.store.spool is None:
             return 0
         try:
@@ -258,7 +258,7 @@ class Packer:
     def pack_due(self, *, everything: bool = False) -> int:
         """Pack the batches due (EVERYTHING: all held); how many packs were written."""
         written = 0
-        for due in self.unpacked.due(everything=everything):
+        for due in self.unpacked.due(everything=everything, alone=self.store.spool is not None):
             try:
                 name = self.pack(due.batch_id, due.parts, due.pack)
             except self.store.failures:
