@@ -12,7 +12,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from actors.delivery_worker import is_delivery_worker
+from actors.delivery_worker import WORKER_TIMEOUT_MS, is_delivery_worker
 from actors.publisher import RabbitPublisher
 from app.batches import outbox
 from app.batches.dispatch import Dispatcher
@@ -50,6 +50,7 @@ class BatchWorkerBoot(Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if is_delivery_worker(worker):
             return
+        worker.worker_timeout = WORKER_TIMEOUT_MS  # read as it makes its threads and consumers, after this hook
         settings = Settings.from_env()
         ctx = _state["ctx"] = build_context(settings, threads=worker.worker_threads)
         publisher = RabbitPublisher(settings.broker_urls, settings.queue_name)  # the dispatcher's thread's own

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,16 +39,28 @@ class NotifyListener:
         self._on_wake = on_wake
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # this listener's own channel: close() notifies it, so a thread waiting up to INTERVAL stops at once (a
+        # stopping worker process closes four of these, each of which took up to a second)
+        self._wake_channel = f"relay_wake_{uuid.uuid4().hex}"
 
     def start(self) -> NotifyListener:
         self._thread.start()
         return self
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the thread (it notices within INTERVAL)."""
+        """Stop the thread: woken through its wake channel, else it notices within INTERVAL."""
         self._stop.set()
         if self._thread.is_alive():
+            self._wake()
             self._thread.join(self._interval + 5 if timeout is None else timeout)
+
+    def _wake(self) -> None:
+        try:
+            with psycopg.connect(self._url, autocommit=True, application_name=f"{self._name}-close",
+                                 **connect_defaults(self._url)) as conn:
+                conn.execute("SELECT pg_notify(%s, '')", (self._wake_channel,))
+        except psycopg.Error as exc:  # the database is away: the thread still stops within INTERVAL
+            log.info("%s: not woken to stop (%s)", self._name, type(exc).__name__)
 
     def _run(self) -> None:
         backoff = FIRST_BACKOFF_S
@@ -55,7 +68,7 @@ class NotifyListener:
             try:
                 with psycopg.connect(self._url, autocommit=True, row_factory=dict_row, application_name=self._name,
                                      **connect_defaults(self._url)) as conn:
-                    for channel in self._channels:
+                    for channel in (*self._channels, self._wake_channel):
                         conn.execute(f"LISTEN {channel}")
                     self._on_connect(conn)
                     backoff = FIRST_BACKOFF_S
@@ -68,4 +81,7 @@ class NotifyListener:
 
     def _wait(self, conn: Connection) -> None:
         while not self._stop.is_set():
-            self._on_wake(conn, list(conn.notifies(timeout=self._interval, stop_after=1)))
+            notes = [note for note in conn.notifies(timeout=self._interval, stop_after=1)
+                     if note.channel != self._wake_channel]
+            if not self._stop.is_set():
+                self._on_wake(conn, notes)

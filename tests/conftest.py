@@ -12,7 +12,7 @@ from devtools.seaweedfs import SeaweedFS, start_seaweedfs
 from tests.databases import TEST_DB, database_fixtures
 
 __all__ = ["TEST_DB"]
-pytest_plugins = ["tests.tiers"]  # the tiers' markers and the xdist groups
+pytest_plugins = ["tests.tiers", "tests.machine_slots"]  # tiers and xdist groups; machine-wide slots
 
 services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures()
 
