@@ -17,6 +17,7 @@ slot marks its environment (HELD_ENV), so a pytest it starts (tests/test_tiers.p
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import tempfile
@@ -43,14 +44,19 @@ class Slots:
 
     def acquire(self) -> None:
         """Hold a slot, waiting for one as long as it takes (after a release, processes already waiting try first)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self.folder.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # shared like /tmp: another user's runs take turns too
+                self.folder.chmod(0o1777)
         waiting = self.folder / f"waiting-{os.getpid()}"
         if self.released and self.others_waiting():
             time.sleep(COURTESY_S)
         while (fd := self._try_each()) is None:
-            waiting.touch()
+            with contextlib.suppress(OSError):
+                waiting.touch()
             time.sleep(POLL_S)
-        waiting.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            waiting.unlink(missing_ok=True)
         self.fd = fd
         os.environ[HELD_ENV] = "1"
 
@@ -68,12 +74,13 @@ class Slots:
                 continue
             if pid and _alive(pid):
                 return True
-            mark.unlink(missing_ok=True)  # its process is gone
+            with contextlib.suppress(OSError):
+                mark.unlink(missing_ok=True)  # its process is gone
         return False
 
     def _try_each(self) -> int | None:
         for n in range(self.count):
-            fd = os.open(self.folder / f"slot-{n}", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(self.folder / f"slot-{n}", os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -97,7 +104,10 @@ def slots_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> S
     """The slots this process takes, or None: turned off (RELAY_TEST_SLOTS=0), or within a slot its parent holds."""
     if environ.get(HELD_ENV):
         return None
-    count = int(environ.get(SLOTS_ENV, str(DEFAULT_SLOTS)) or 0)
+    given = environ.get(SLOTS_ENV, str(DEFAULT_SLOTS)) or "0"
+    if not given.isdigit():
+        raise pytest.UsageError(f"{SLOTS_ENV} is a number of slots (0: none), not {given!r}")
+    count = int(given)
     if count <= 0:
         return None
     folder = Path(environ.get(DIR_ENV) or Path(tempfile.gettempdir()) / "relay-test-slots")

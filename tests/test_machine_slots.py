@@ -68,3 +68,5 @@ def test_slots_are_off_within_a_held_slot_or_when_set_to_zero(tmp_path: Path) ->
     assert chosen is not None and (chosen.count, chosen.folder) == (3, tmp_path)
     default = slots_from_env({})
     assert default is not None and default.count == 4
+    with pytest.raises(pytest.UsageError, match="RELAY_TEST_SLOTS"):
+        slots_from_env({"RELAY_TEST_SLOTS": "four"})
