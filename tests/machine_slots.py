@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.cluster.pgnodes import alive
+from tests.tiers import group_name
+
 SLOTS_ENV, DIR_ENV = "RELAY_TEST_SLOTS", "RELAY_TEST_SLOTS_DIR"
 HELD_ENV = "RELAY_TEST_SLOT_HELD"
 DEFAULT_SLOTS = 4
@@ -69,10 +72,11 @@ class Slots:
     def others_waiting(self) -> bool:
         """Whether another living process is waiting for a slot."""
         for mark in self.folder.glob("waiting-*"):
-            pid = int(mark.name.removeprefix("waiting-")) if mark.name.removeprefix("waiting-").isdigit() else 0
+            number = mark.name.removeprefix("waiting-")
+            pid = int(number) if number.isdigit() else 0
             if pid == os.getpid():
                 continue
-            if pid and _alive(pid):
+            if alive(pid):  # a zombie or a gone process does not wait
                 return True
             with contextlib.suppress(OSError):
                 mark.unlink(missing_ok=True)  # its process is gone
@@ -90,16 +94,6 @@ class Slots:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def slots_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> Slots | None:
     """The slots this process takes, or None: turned off (RELAY_TEST_SLOTS=0), or within a slot its parent holds."""
     if environ.get(HELD_ENV):
@@ -112,13 +106,6 @@ def slots_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> S
         return None
     folder = Path(environ.get(DIR_ENV) or Path(tempfile.gettempdir()) / "relay-test-slots")
     return Slots(folder, count)
-
-
-def group_of(item: pytest.Item | None) -> str | None:
-    if item is None:
-        return None
-    return "_".join(sorted(str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                           for mark in item.iter_markers("xdist_group")))
 
 
 _KEY = pytest.StashKey[Slots | None]()
@@ -134,5 +121,5 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if slots is not None and slots.fd is None:
         slots.acquire()
     yield
-    if slots is not None and (nextitem is None or group_of(nextitem) != group_of(item)):
+    if slots is not None and (nextitem is None or group_name(nextitem) != group_name(item)):
         slots.release()  # the group's module fixtures were torn down in this item's teardown

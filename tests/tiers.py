@@ -123,6 +123,10 @@ def schedule_by_group(item: pytest.Item) -> None:
     file's module fixtures, and the cluster, started on several workers at once)."""
     if "@" in item.nodeid.rsplit("]", 1)[-1]:  # already grouped (an xdist that works)
         return
-    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                    for mark in item.iter_markers("xdist_group")})
-    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # pytest has no public setter
+    item._id = NodeId.parse(f"{item.nodeid}@{group_name(item)}")  # pytest has no public setter
+
+
+def group_name(item: pytest.Item) -> str:
+    """The name --dist loadgroup schedules ITEM by: its xdist_group marks' names, sorted, joined by "_"."""
+    return "_".join(sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                            for mark in item.iter_markers("xdist_group")}))
