@@ -27,6 +27,11 @@ CONNECT_TIMEOUT_S = 5  # a connection attempt to a host that does not answer (a 
 TCP_DEAD_PEER = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
                  "tcp_user_timeout": 10_000}
 RECONNECT_MAX_DELAY_S = 0.5  # the longest wait between two attempts to replace a lost connection
+# Errors that mean the connection ended, not the work: the database away (OperationalError), or a transaction the
+# server ended because its process stopped inside it (idle_in_transaction_session_timeout, which psycopg maps to an
+# InternalError). Work that retries through an outage retries through these.
+CONNECTION_ENDED: tuple[type[psycopg.Error], ...] = (psycopg.OperationalError,
+                                                     psycopg.errors.IdleInTransactionSessionTimeout)
 CONNECT_ERROR_LOG_EVERY_S = 10.0  # psycopg_pool logs every failed attempt: one line per this long is enough
 
 

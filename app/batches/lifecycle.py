@@ -59,6 +59,18 @@ class ItemFinal:
 _COMMITTED = ("(SELECT coalesce(sum(p.cost_nanos + p.reserved_nanos), 0) FROM batch_progress p"
               " WHERE p.batch_id = b.id)")
 HARD = "b.max_cost_mode = 'hard'"
+# A transaction that claims or moves items holds their rows until it ends. If its process stops inside it (SIGSTOP,
+# a paused VM or container, a long GC), the server ends it after this, and the claims of other workers that wait on
+# those rows go on; the paused process's commit then fails, and its group writer commits again when it resumes.
+PAUSED_HOLDER_TIMEOUT = "5s"
+
+
+def end_if_paused(conn: Conn) -> None:
+    """Have the server end CONN's transaction (this one only) if its process stops inside it for
+    PAUSED_HOLDER_TIMEOUT."""
+    conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)", (PAUSED_HOLDER_TIMEOUT,))
+
+
 _CLAIM = f"""
 WITH claimed AS (
     UPDATE batch_items i SET state = 'running', worker_id = %(worker)s, started_at = now(),
@@ -98,6 +110,7 @@ def claim_reserved(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter
     lock: the claim statement then sees every reservation committed before it. Only claims take the lock, and take
     no other lock before it, so it never joins a deadlock."""
     with conn.transaction():
+        end_if_paused(conn)
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"relay-cap:{batch_id}",))
         return claim_item(conn, batch_id, idx, worker_id, counter, bound)
 
@@ -196,7 +209,9 @@ def commit_finals(conn: Conn, finals: Sequence[ItemFinal], records: Sequence[Usa
     A batch whose last items these finals are ends here too (finish_batches_now). TAILS, when given, gets the
     batches left with no queued item but others running: two processes committing the last items of one batch at
     once each miss the other's, so the caller checks those again once committed (the reaper would within a
-    heartbeat)."""
+    heartbeat). The transaction is ended by the server if its process stops inside it (end_if_paused)."""
+    if finals:
+        end_if_paused(conn)
     done, ending, tail = _finalize(conn, finals, counter) if finals else (set(), set(), set())
     correct_late_usage(conn, [f.record.event for f in finals if f.key not in done], counter)
     commit_records(conn, [*(f.record for f in finals if f.key in done), *records])

@@ -25,7 +25,7 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from app.db import Statement
+from app.db import CONNECTION_ENDED, Statement
 from app.usage.events import UsageEvent
 from app.usage.shared import STORED_COLUMNS, shared_rows, stored_values
 
@@ -242,7 +242,7 @@ class GroupWriter:
                     future.set_result(final.state if final.key in done else None)
                 self._finish_tails(tails)
                 return
-            except psycopg.OperationalError as exc:
+            except CONNECTION_ENDED as exc:  # the database away, or this process paused inside the transaction
                 if delay is None:
                     break
                 log.warning("usage writer: %s; retrying in %.1fs", exc, delay)

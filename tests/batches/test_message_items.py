@@ -5,6 +5,7 @@ running at once; a stopping worker claims nothing more, a cancel between items s
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID, uuid4
@@ -89,3 +90,45 @@ def test_an_items_usage_event_shows_a_request_id_it_does_not_store(client, key, 
                      headers={"Authorization": f"Bearer {key}"})
     assert res.status_code == 200, res.get_data(as_text=True)
     assert sorted(e["request_id"] for e in res.json["events"]) == [f"{batch_id}:{idx}" for idx in range(3)]
+
+
+def test_a_worker_paused_inside_its_group_commit_holds_up_no_other_workers_claim(
+        client, key, runtime, ctx, upstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process stopped inside the transaction that commits an item's final state and claims its message's next
+    item (SIGSTOP, a paused container: here its group writer's thread, held there) keeps that item's row locked.
+    The server ends that transaction (lifecycle.PAUSED_HOLDER_TIMEOUT), so another worker's claim of a copy of the
+    item (the lost-message sweep publishes one) goes on while the process is still paused; when it resumes, its
+    group writer commits again. Every item ends once, with one usage event."""
+    batch_id = UUID(submit(client, key, [CHAT] * 2).json["id"])
+    paused, resume = threading.Event(), threading.Event()
+    real = lifecycle.claim_items
+
+    def claim_then_pause(conn: Any, keys: Any, worker_id: str, counter: str) -> Any:
+        rows = real(conn, keys, worker_id, counter)
+        if not paused.is_set():
+            paused.set()
+            resume.wait(120)
+        return rows
+
+    monkeypatch.setattr(lifecycle, "claim_items", claim_then_pause)
+    first = threading.Thread(target=run_items, args=(ctx, batch_id, [0, 1]), daemon=True)
+    first.start()
+    other = WorkerContext.create(runtime, f"in-process-{uuid4()}")
+    try:
+        assert paused.wait(60), "item 1 was never claimed with item 0's final state"
+        with runtime.pool.connection() as conn:  # the paused transaction holds item 1's row
+            held = conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE state = 'idle in transaction'"
+                                " AND datname = current_database()").fetchone()
+        second = threading.Thread(target=run_items, args=(other, batch_id, [1]), daemon=True)
+        second.start()
+        second.join(60)  # a bound only a hang crosses: without the server ending it, this waits out the pause
+        went_on = not second.is_alive()
+    finally:
+        resume.set()
+        first.join(60)
+        other.writer.close()
+    assert held["n"] >= 1
+    assert went_on, "another worker's claim waited for the paused process"
+    assert not first.is_alive()
+    assert [i["state"] for i in _items(runtime, batch_id)] == ["completed"] * 2
+    assert len(usage_events(runtime, batch_id)) == 2
