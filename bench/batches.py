@@ -4,9 +4,12 @@ cancel. Each runs REPEAT times and records one value per figure per run."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 
-from bench import sysstat
+import requests
+
+from bench import live, sysstat
 from bench.baselines import bare_accept, direct_client
 from bench.env import KEYS, BenchEnv, batch_body
 from bench.report import Results
@@ -150,6 +153,59 @@ def rate_limited(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> 
                     "x", target=("<=", 1.0))
         results.add("rate-limited", f"{label}: most admitted in any window ÷ limit",
                     int(admitted[0] if admitted else 0) / sizes.rate_limit, "x", target=("<=", 1.0))
+    shared_limit(env, sizes, repeat, results)
+
+
+SHARED_CLIENTS = 16  # live keep-alive clients beside the batch in shared_limit
+
+
+def shared_limit(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
+    """Live calls from SHARED_CLIENTS keep-alive clients (a refused one goes on from a new connection, which
+    another API process may accept) and a batch at once, on the same policy: the API's processes and the
+    workers' share its limit by leases. Per (aligned) window, admissions ÷ limit: at most 1, and filled."""
+    processes, threads = sizes.drain_workers
+    env.start_workers(processes, threads)
+    body, _ = batch_body(sizes.limited_items)
+    key, window = env.keys["limited"], sizes.rate_window_s
+    call = live.chat_body("shared limit")
+    for _ in range(repeat):
+        time.sleep(window - time.time() % window + 0.2)
+        begin = time.time()
+        batch_id, _ = env.post_batch("limited", body)
+        stop = threading.Event()
+        threading.Timer(window - (time.time() - begin) - 0.2, stop.set).start()  # the window's end
+        clients = [threading.Thread(target=_hammer, args=(f"{env.api_url}/v1/chat/completions", key, call, stop))
+                   for _ in range(SHARED_CLIENTS)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join()
+        env.http.post(f"{env.api_url}/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"},
+                      timeout=60)
+        started = math.floor(begin / window) * window
+        admitted = env.conn.execute(  # every call and item that passed the limit (not refused) in the window
+            "SELECT count(*) FROM usage_events_full e JOIN policies p ON p.id = e.policy_id"
+            " WHERE p.name = 'limited' AND p.deleted_at IS NULL AND e.started_at >= to_timestamp(%s)"
+            " AND e.started_at < to_timestamp(%s) AND coalesce(e.error_code, '') <> 'rate_limited'",
+            (started, started + window)).fetchone()
+        env.wait_final(batch_id, sizes.limited_items)
+        env.forget_batch(batch_id)
+        label = f"{sizes.rate_limit:,}/{window}s, live calls and a batch"
+        results.add("rate-limited", f"{label}: admitted in the window ÷ limit", int(admitted[0]) / sizes.rate_limit,
+                    "x", target=(">=", 0.98))
+
+
+def _hammer(url: str, key: str, body: bytes, stop: threading.Event) -> None:
+    """Calls on one keep-alive connection until STOP; a refused call's client goes on from a new connection."""
+    headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+    session = requests.Session()
+    try:
+        while not stop.is_set():
+            if session.post(url, data=body, headers=headers, timeout=60).status_code == 429:
+                session.close()
+                session = requests.Session()
+    finally:
+        session.close()
 
 
 def cancel(env: BenchEnv, sizes: Sizes, repeat: int, results: Results, extra: tuple[str, ...] = ()) -> None:
