@@ -59,9 +59,11 @@ class ItemFinal:
 _COMMITTED = ("(SELECT coalesce(sum(p.cost_nanos + p.reserved_nanos), 0) FROM batch_progress p"
               " WHERE p.batch_id = b.id)")
 HARD = "b.max_cost_mode = 'hard'"
-# A transaction that claims or moves items holds their rows until it ends. If its process stops inside it (SIGSTOP,
-# a paused VM or container, a long GC), the server ends it after this, and the claims of other workers that wait on
-# those rows go on; the paused process's commit then fails, and its group writer commits again when it resumes.
+# A worker's group commit (its items' final states, then its messages' next items claimed) and a hard-capped claim
+# hold items' rows until they end. If the worker process stops inside one (SIGSTOP, a paused VM or container), the
+# server ends it after this, and the claims of other workers that wait on those rows go on; the paused process's
+# commit then fails, and its group writer commits again when it resumes. (Not set on the API's cancels: a cancel
+# of a large batch runs many statements, and a busy process may leave gaps between them.)
 PAUSED_HOLDER_TIMEOUT = "5s"
 
 
@@ -209,9 +211,7 @@ def commit_finals(conn: Conn, finals: Sequence[ItemFinal], records: Sequence[Usa
     A batch whose last items these finals are ends here too (finish_batches_now). TAILS, when given, gets the
     batches left with no queued item but others running: two processes committing the last items of one batch at
     once each miss the other's, so the caller checks those again once committed (the reaper would within a
-    heartbeat). The transaction is ended by the server if its process stops inside it (end_if_paused)."""
-    if finals:
-        end_if_paused(conn)
+    heartbeat)."""
     done, ending, tail = _finalize(conn, finals, counter) if finals else (set(), set(), set())
     correct_late_usage(conn, [f.record.event for f in finals if f.key not in done], counter)
     commit_records(conn, [*(f.record for f in finals if f.key in done), *records])
@@ -279,5 +279,13 @@ def _finish(conn: Conn, finished_at: str, where: str, params: Sequence[Any]) -> 
     return ended  # type: ignore[no-any-return]
 
 
+def _group_commit(conn: Conn, finals: Sequence[ItemFinal], records: Sequence[UsageRecord] = (), *,
+                  counter: str = "", tails: set[UUID] | None = None) -> set[ItemKey]:
+    """commit_finals in a worker's group commit, whose transaction the server ends if the worker stops inside it."""
+    if finals:
+        end_if_paused(conn)
+    return commit_finals(conn, finals, records, counter=counter, tails=tails)
+
+
 # What a group writer needs of the engine to commit items' final states (app/usage never imports app/batches).
-GROUP_FINALS = FinalsPort(commit=commit_finals, finish=finish_batches_now)
+GROUP_FINALS = FinalsPort(commit=_group_commit, finish=finish_batches_now)
