@@ -87,6 +87,11 @@ def _create_app() -> Any:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    gevent = _given(args.gevent, settings.worker_gevent)
+    if gevent and "gevent.monkey" not in sys.modules:  # patch before anything imports socket: a fresh interpreter
+        given = {"--processes": args.processes, "--threads": args.threads}
+        argv = [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
+        os.execv(sys.executable, [sys.executable, "-c", _GEVENT_WORKER_MAIN, *argv, "--gevent"])  # noqa: S606
     preflight(settings)
     apply_migrations(settings.database_url)
     timeout_ms = int((settings.batch_item_time_limit_s + 30) * 1000)
@@ -100,9 +105,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from app.observability.metrics import check_worker_metrics_port, prepare_metrics_dir
 
     check_worker_metrics_port(settings.worker_metrics_port, settings.worker_metrics_host)
-    prepare_metrics_dir()
-    if _given(args.gevent, settings.worker_gevent):  # monkey-patch before anything imports socket: a fresh interpreter
-        os.execv(sys.executable, [sys.executable, "-c", _GEVENT_MAIN, *argv[1:]])  # noqa: S606
+    prepare_metrics_dir()  # removed when this process exits (so made after the exec above, not before it)
     sys.argv = argv
     return int(dramatiq_main() or 0)
 
@@ -114,6 +117,7 @@ def _given(flag: T | None, setting: T) -> T:
 
 _GEVENT_API_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from app.cli import main;"
                     " sys.exit(main(['api', *sys.argv[1:]]))")
-# What `dramatiq-gevent` does: patch everything, then Dramatiq's CLI (its worker processes inherit the patch).
-_GEVENT_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from dramatiq.cli import main;"
-                " sys.exit(main())")
+# What `dramatiq-gevent` does: patch everything, then Dramatiq's CLI, here through `relay worker` (its worker
+# processes inherit the patch).
+_GEVENT_WORKER_MAIN = ("from gevent import monkey; monkey.patch_all(); import sys; from app.cli import main;"
+                       " sys.exit(main(['worker', *sys.argv[1:]]))")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("relay.metrics")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+TEMP_PREFIX = "relay-metrics-"  # + the creating process's pid + "-": a directory made when none is configured
 WORKER_PORT_ENV = "RELAY_WORKER_METRICS_PORT"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -168,7 +169,8 @@ def prepare_metrics_dir(path: str | None = None) -> str:
     """
     chosen = path or os.environ.get(MULTIPROC_ENV) or ""
     if not chosen:
-        chosen = tempfile.mkdtemp(prefix="relay-metrics-")
+        remove_orphaned_dirs(tempfile.gettempdir())
+        chosen = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
         atexit.register(_remove_when_owner_exits, chosen, os.getpid())
     os.makedirs(chosen, exist_ok=True)
     for name in os.listdir(chosen):
@@ -179,6 +181,28 @@ def prepare_metrics_dir(path: str | None = None) -> str:
 
     values.ValueClass = values.get_value_class()  # decided at import; redo it now the variable is set
     return chosen
+
+
+def remove_orphaned_dirs(parent: str) -> int:
+    """Remove the temporary directories (in PARENT) of this user's processes that are gone without removing theirs
+    (killed: atexit never ran); how many. The creator's pid is in the name; a pid that is alive (or reused) keeps
+    its directory."""
+    removed = 0
+    for entry in os.scandir(parent):
+        owner, dash, _ = entry.name[len(TEMP_PREFIX):].partition("-")
+        if not (entry.name.startswith(TEMP_PREFIX) and owner.isdigit() and dash) or not entry.is_dir(
+                follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+        except OSError:  # alive under another user (EPERM), or the entry went away meanwhile
+            continue
+    return removed
 
 
 def _remove_when_owner_exits(directory: str, owner_pid: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -58,3 +59,20 @@ def test_a_two_worker_api_reports_the_requests_of_both_workers(settings_env, tmp
         assert ("relay_metrics_database_up", frozenset()) in samples
     finally:
         api.stop()
+
+
+def test_a_killed_processs_metrics_directory_is_removed_by_the_next_process_and_a_live_ones_is_kept(
+        tmp_path: Path) -> None:
+    from app.observability.metrics import TEMP_PREFIX, remove_orphaned_dirs
+
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()
+    killed.wait()
+    orphan = tmp_path / f"{TEMP_PREFIX}{killed.pid}-abc"
+    live = tmp_path / f"{TEMP_PREFIX}{os.getpid()}-def"
+    unrelated = tmp_path / f"{TEMP_PREFIX}12345678"  # the older names: a random suffix, no pid
+    for directory in (orphan, live, unrelated):
+        directory.mkdir()
+        (directory / "counter_1.db").write_bytes(b"x")
+    assert remove_orphaned_dirs(str(tmp_path)) == 1
+    assert not orphan.exists() and live.exists() and unrelated.exists()
