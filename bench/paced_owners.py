@@ -12,19 +12,19 @@ from bench.sizes import Sizes
 
 WINDOW_S = 2.0
 FAIR_TARGET = 0.9
-X_SECONDS, Y_SECONDS, HEAD_START_S = 40, 12, 3.0  # batch sizes in seconds of the policy's paced rate
 
 
 def paced_owners(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     env.start_workers(*sizes.drain_workers)
     rate = sizes.paced_share * sizes.paced_limit / sizes.paced_window_s  # batch items a second
-    x_items, y_items = int(rate * X_SECONDS), int(rate * Y_SECONDS)
+    x_seconds, y_seconds, head_start_s = sizes.paced_owners_s  # batch sizes in seconds of the policy's paced rate
+    x_items, y_items = int(rate * x_seconds), int(rate * y_seconds)
     y_key = env.new_key("paced")
     label = f"two owners on one paced policy ({rate:g} items/s): slower owner's progress ÷ its fair share"
     try:
         for _ in range(repeat):
             x, _ = env.post_batch("paced", batch_body(x_items)[0])
-            time.sleep(HEAD_START_S)
+            time.sleep(head_start_s)
             y, _ = env.post_batch("paced", batch_body(y_items)[0], key=y_key)
             worst = min(_ratios(env, x, y, y_items))
             results.add("fair share", f"{label}, worst {WINDOW_S:g} s window", worst, "x",

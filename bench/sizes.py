@@ -45,6 +45,8 @@ class Sizes:
     paced_live_items: int = 3_000  # pacedlive: a paced batch of this many items on the paced policy ...
     paced_live_latency_ms: int = 100  # ... its upstream answering in this long ...
     paced_live_every_s: float = 0.2  # ... and a live call of the policy this often, alone then beside it
+    paced_owners_s: tuple[float, float, float] = (40, 12, 3.0)  # pacedowners: X's and Y's batches in seconds of the
+    # paced rate, and X's head start (s)
     rps_items: int = 3_000  # a batch on a key that answers 429 past RPS_KEY_LIMIT calls a second
     rps_key_limit: int = 50
     webhook_batches: int = 100  # batches ending at once, each with a callback_url ...
@@ -67,4 +69,5 @@ TINY = Sizes(accept=(40,), drain=60, drain_workers=(1, 4), slow_items=20, slow_c
              api_deadlines=(1, 1.0), files_items=40, fair_big=60, fair_small=2, fair_delay_s=0.5, fair_latency_ms=100,
              fair_window_s=1.0, paced_items=40, paced_limit=50, paced_window_s=2, paced_live_per_min=120,
              paced_live_baseline_s=1.0, paced_live_items=40, rps_items=40, rps_key_limit=20, webhook_batches=5,
-             webhook_items=2, soak_batches=2, soak_items=40, soak_latency_ms=5, soak_vacuum_wait_s=0.0)
+             webhook_items=2, paced_owners_s=(12, 3, 1.0), soak_batches=2, soak_items=40, soak_latency_ms=5,
+             soak_vacuum_wait_s=0.0)
