@@ -90,8 +90,13 @@ def hammer(urls: list[str], key: str, stop: threading.Event, threads: int = 8, *
         try:
             while not stop.is_set():
                 sent = time.time()
-                res = session.post(f"{urls[n % len(urls)]}/v1/chat/completions", json=CHAT, headers=bearer(key),
-                                   timeout=30)
+                try:
+                    res = session.post(f"{urls[n % len(urls)]}/v1/chat/completions", json=CHAT, headers=bearer(key),
+                                       timeout=30)
+                except requests.ConnectionError:  # a kept-alive connection closed as it was reused: go on anew
+                    session.close()
+                    session = requests.Session()
+                    continue
                 statuses.append(res.status_code)
                 if res.status_code == 429:
                     refused.append(sent)
