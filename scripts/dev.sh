@@ -82,8 +82,7 @@ make_demo_key() {  # once; a catalog without the demo user (someone else's) gets
 up() {  # [--demo-catalog]
   case "${1:-}" in ""|--demo-catalog) ;; *) echo "usage: $0 up [--demo-catalog]" >&2; exit 2 ;; esac
   command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
-  bash scripts/bootstrap.sh
-  bash scripts/services.sh up >/dev/null
+  bash scripts/prepare.sh  # .venv, Postgres + RabbitMQ
   write_env
   # shellcheck disable=SC1091
   source "$RUN/env"

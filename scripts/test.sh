@@ -4,9 +4,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-bash scripts/bootstrap.sh
-bash scripts/services.sh up >/dev/null
-bash scripts/browser.sh  # headless Chromium + chromedriver from Debian, for tests/console
+bash scripts/prepare.sh --browser  # .venv, Postgres + RabbitMQ, headless Chromium for tests/console
 echo "== ruff"; .venv/bin/ruff check app actors adapters schemas devtools tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
