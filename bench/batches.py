@@ -162,18 +162,17 @@ SHARED_CLIENTS = 16  # live keep-alive clients beside the batch in shared_limit
 def shared_limit(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     """Live calls from SHARED_CLIENTS keep-alive clients (a refused one goes on from a new connection, which
     another API process may accept) and a batch at once, on the same policy: the API's processes and the
-    workers' share its limit by leases. Per (aligned) window, admissions ÷ limit: at most 1, and filled."""
-    processes, threads = sizes.drain_workers
-    env.start_workers(processes, threads)
+    workers' share its limit by leases. Per (aligned) window, admissions ÷ limit: at most 1, and filled. On the
+    workers rate_limited started."""
     body, _ = batch_body(sizes.limited_items)
     key, window = env.keys["limited"], sizes.rate_window_s
     call = live.chat_body("shared limit")
     for _ in range(repeat):
         time.sleep(window - time.time() % window + 0.2)
-        begin = time.time()
+        started = math.floor(time.time() / window) * window
         batch_id, _ = env.post_batch("limited", body)
         stop = threading.Event()
-        threading.Timer(window - (time.time() - begin) - 0.2, stop.set).start()  # the window's end
+        threading.Timer(started + window - time.time(), stop.set).start()  # the window's end
         clients = [threading.Thread(target=_hammer, args=(f"{env.api_url}/v1/chat/completions", key, call, stop))
                    for _ in range(SHARED_CLIENTS)]
         for client in clients:
@@ -182,7 +181,6 @@ def shared_limit(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> 
             client.join()
         env.http.post(f"{env.api_url}/v1/batches/{batch_id}/cancel", headers={"Authorization": f"Bearer {key}"},
                       timeout=60)
-        started = math.floor(begin / window) * window
         admitted = env.conn.execute(  # every call and item that passed the limit (not refused) in the window
             "SELECT count(*) FROM usage_events_full e JOIN policies p ON p.id = e.policy_id"
             " WHERE p.name = 'limited' AND p.deleted_at IS NULL AND e.started_at >= to_timestamp(%s)"
