@@ -60,8 +60,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_api(args: argparse.Namespace) -> int:
     if "gevent.monkey" not in sys.modules:  # patch before anything imports psycopg or socket: a fresh interpreter
-        given = {"--bind": args.bind, "--workers": args.workers, "--connections": args.connections}
-        argv = [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
+        argv = _flags({"--bind": args.bind, "--workers": args.workers, "--connections": args.connections})
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_API_MAIN, *argv])  # noqa: S606
     settings = Settings.from_env()
     preflight(settings)
@@ -89,8 +88,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     gevent = _given(args.gevent, settings.worker_gevent)
     if gevent and "gevent.monkey" not in sys.modules:  # patch before anything imports socket: a fresh interpreter
-        given = {"--processes": args.processes, "--threads": args.threads}
-        argv = [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
+        argv = _flags({"--processes": args.processes, "--threads": args.threads})
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_WORKER_MAIN, *argv, "--gevent"])  # noqa: S606
     preflight(settings)
     apply_migrations(settings.database_url)
@@ -108,6 +106,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     prepare_metrics_dir()  # removed when this process exits (so made after the exec above, not before it)
     sys.argv = argv
     return int(dramatiq_main() or 0)
+
+
+def _flags(given: dict[str, Any]) -> list[str]:
+    """The command-line flags of GIVEN that were given (not None), for the same command in a fresh interpreter."""
+    return [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
 
 
 def _given(flag: T | None, setting: T) -> T:

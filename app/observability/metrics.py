@@ -189,10 +189,11 @@ def remove_orphaned_dirs(parent: str) -> int:
     its directory."""
     removed = 0
     for entry in os.scandir(parent):
-        owner, dash, _ = entry.name[len(TEMP_PREFIX):].partition("-")
-        if not (entry.name.startswith(TEMP_PREFIX) and owner.isdigit() and dash) or not entry.is_dir(
-                follow_symlinks=False):
+        if not entry.name.startswith(TEMP_PREFIX):
             continue
+        owner, dash, _ = entry.name.removeprefix(TEMP_PREFIX).partition("-")
+        if not (owner.isdigit() and dash) or not entry.is_dir(follow_symlinks=False):
+            continue  # the older names (a random suffix, no pid), or not a folder
         try:
             if entry.stat(follow_symlinks=False).st_uid != os.getuid():
                 continue
