@@ -64,17 +64,31 @@ tcp_keepalives_count = 3
 CONF
 }
 
+log_tail() { log "the end of $C/pg/$1.log:"; tail -n 25 "$C/pg/$1.log" | sed 's/^/    /' >&2; }
+
+create_tries() {  # create_tries NAME CMD...: run `pg_autoctl create` for NAME up to 3 times. What it prints goes to
+  # NAME's log; after a failure the log's end goes to stderr too, since a test removes the cluster's folder. A create
+  # can stop partway (it gives up after 5 failed calls in a row to the monitor or the primary) and then says to run
+  # the same create again: it goes on from where it stopped (tried killed at registration, base backup and start).
+  local name=$1 try; shift
+  for try in 1 2 3; do
+    "$@" >> "$C/pg/$name.log" 2>&1 && return 0
+    log "$(label "$name")'s create failed (try $try of 3)"; log_tail "$name"
+    sleep 2
+  done
+  die "$(label "$name")'s create failed 3 times (see $C/pg/$name.log)"
+}
+
 pg_create() {  # pg_create NAME: initialise node NAME once (the monitor, or a data node registered with it)
   local name=$1 args
   [ -f "$(pg_dir "$name")/PG_VERSION" ] && return 0
   mapfile -t args < <(node_args "$name")
   if [ "$name" = monitor ]; then
-    autoctl create monitor "${args[@]}" >> "$C/pg/monitor.log" 2>&1 || die "the monitor's create failed (see $C/pg/monitor.log)"
+    create_tries monitor autoctl create monitor "${args[@]}"
     return 0
   fi
   [ "$name" = a ] || psql_on "$(pg_primary)" -c CHECKPOINT >/dev/null  # a base backup waits for a checkpoint
-  autoctl create postgres "${args[@]}" --name "pg-$name" --dbname "$DB" --monitor "$(monitor_url)" \
-    >> "$C/pg/$name.log" 2>&1 || die "pg-$name's create failed (see $C/pg/$name.log)"
+  create_tries "$name" autoctl create postgres "${args[@]}" --name "pg-$name" --dbname "$DB" --monitor "$(monitor_url)"
   autoctl config set --pgdata "$(pg_dir "$name")" timeout.network_partition_timeout "$PGAF_NETWORK_PARTITION_S" >/dev/null
   grep -q '^# relay:' "$(pg_dir "$name")/postgresql.conf" || pg_settings >> "$(pg_dir "$name")/postgresql.conf"
 }
@@ -159,7 +173,7 @@ pg_up() {
   for x in "${PG_NODES[@]}"; do  # one at a time: each secondary is a base backup of the primary
     pg_create "$x"; pg_start "$x"
     for _ in $(seq 1 600); do pg_settled "$x" && break; sleep 0.2; done
-    pg_settled "$x" || die "pg-$x did not join after 120 s (see $C/pg/$x.log)"
+    pg_settled "$x" || { log_tail "$x"; die "pg-$x did not join after 120 s (see $C/pg/$x.log)"; }
   done
   # The monitor raised number_sync_standbys to 1 when the second secondary joined: back to 0 (see the top)
   monitor_sql "SELECT pgautofailover.set_formation_number_sync_standbys('default', 0)" >/dev/null
