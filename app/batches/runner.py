@@ -217,8 +217,8 @@ def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any]
     if capped.is_hard(info):
         assert info is not None
         got = capped.claim_capped(ctx.runtime, ctx.payloads, info, (batch_id, idx), worker_id=ctx.worker_id,
-                                  counter=ctx.thread_counter(), stopping=ctx.stopping)
-        return got.row, False, got.refused
+                                  counter=ctx.thread_counter(), stopping=ctx.stopping, retries=CLAIM_RETRIES_S)
+        return got.row, got.retried, got.refused
     retried, first = False, time.monotonic()
     for delay in (*CLAIM_RETRIES_S, None):
         try:

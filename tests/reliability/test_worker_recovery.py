@@ -13,7 +13,7 @@ import pytest
 from app.batches import lifecycle, outbox, runner
 from app.batches.monitor import Heartbeat, reap
 from app.batches.runner import WorkerContext, run_item
-from devtools.stack import Stack
+from devtools.stack import Stack, item_requests
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +74,49 @@ def test_a_claim_whose_answer_was_lost_is_adopted_and_the_item_runs_once(shared:
 
     accounting = shared.account(key, batch_id, "claim-lost", 1, timeout=10)
     assert accounting.states() == {"completed": 1} and accounting.calls[0] == 1
+
+
+def _submit_hard_capped(shared: Stack, key: str, tag: str) -> str:
+    """A one-item batch under a hard spend cap with room for it (its item's cost bound is reserved at the claim)."""
+    requests = [{**request, "max_tokens": 16} for request in item_requests(tag, 1)]
+    res = shared.call(key, "POST", "/v1/batches", json={"shape": "openai", "requests": requests, "max_cost": 1})
+    assert res.status_code == 202 and res.json["max_cost_mode"] == "hard", res.get_data(as_text=True)
+    return str(res.json["id"])
+
+
+def _drop_capped_claim_once(monkeypatch: pytest.MonkeyPatch, *, after_commit: bool) -> list[int]:
+    """Make the next hard-capped claim fail as a dropped connection does: before it ran, or after it committed."""
+    real = lifecycle.claim_reserved
+    calls: list[int] = []
+
+    def claim(conn: Any, batch_id: UUID, idx: int, *args: Any) -> Any:
+        calls.append(idx)
+        if len(calls) == 1:
+            if after_commit:
+                real(conn, batch_id, idx, *args)  # its own transaction: committed, the answer is lost
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(conn, batch_id, idx, *args)
+
+    monkeypatch.setattr(lifecycle, "claim_reserved", claim)
+    return calls
+
+
+@pytest.mark.parametrize("after_commit", [False, True], ids=["cut-before-it-ran", "committed-unseen"])
+def test_a_hard_capped_claim_cut_by_a_dropped_connection_is_retried_and_the_item_runs_once(
+        shared: Stack, ctx: WorkerContext, monkeypatch, no_claim_wait, after_commit: bool) -> None:
+    key = shared.new_key("kill")
+    tag = f"capped-{'lost' if after_commit else 'retry'}"
+    batch_id = _submit_hard_capped(shared, key, tag)
+    calls = _drop_capped_claim_once(monkeypatch, after_commit=after_commit)
+
+    assert run_item(ctx, UUID(batch_id), 0) == "completed"
+
+    assert calls == [0, 0]  # tried again; after a claim committed unseen, the second finds the item taken: its own
+    accounting = shared.account(key, batch_id, tag, 1, timeout=10)
+    assert accounting.states() == {"completed": 1} and accounting.calls[0] == 1
+    reserved = shared.db_one("SELECT coalesce(sum(reserved_nanos), 0) AS n FROM batch_progress WHERE batch_id = %s",
+                             batch_id)
+    assert reserved["n"] == 0  # the bound reserved with the claim went back with the final state
 
 
 def test_an_item_left_running_under_this_worker_id_by_an_earlier_run_is_discarded_not_run(
