@@ -95,7 +95,7 @@ def profile(call: LiveCall, calls: int, top: int) -> str:
 def live_app(database: str, policy: str) -> Iterator[LiveCall]:
     """The Flask app on a fresh DATABASE, the bench's catalog on a fake upstream process, and a live call as a
     relay key of POLICY."""
-    from app import create_app
+    from app.api.factory import create_app
     from app.runtime import Runtime
     from app.settings import Settings
 

@@ -96,7 +96,7 @@ class Stack:
                           cache_poll_interval_s=0.2, queue_name=queue_name, **settings)
         env = settings_env(config)
         runtime = Runtime.build(config)
-        from app import create_app
+        from app.api.factory import create_app
 
         stack = cls(settings=config, env=env, runtime=runtime, app=create_app(runtime=runtime), upstream=upstream,
                     logs=logs)

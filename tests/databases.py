@@ -97,7 +97,7 @@ def _runtime(settings: Settings) -> Iterator[Runtime]:
 
 
 def _app(runtime: Runtime) -> Any:
-    from app import create_app
+    from app.api.factory import create_app
 
     return create_app(runtime=runtime)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
@@ -255,6 +256,19 @@ def test_the_private_import_check_sees_one(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("from app.batches.intake import parse_batch, _decode\n")
     assert _private_imports(sample) == {"app.batches.intake._decode"}
+
+
+def test_a_worker_process_and_the_cli_load_no_flask() -> None:
+    """The app factory is app.api.factory's, not the `app` package's: the modules a worker process boots from
+    (actors.worker itself builds a broker on import) and the `relay` command import neither Flask nor the API's
+    schema tools (about 0.15 s of CPU at every start of either)."""
+    modules = ("actors.boot, actors.broker, actors.publisher, app.cli, app.commands.server, app.wiring,"
+               " app.batches.messages")
+    code = (f"import sys, {modules}; print(sorted({{m.split('.')[0] for m in sys.modules}}"
+            " & {'flask', 'flask_smorest', 'werkzeug', 'webargs', 'apispec'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_no_import_cycles_between_modules() -> None:

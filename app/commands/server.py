@@ -79,7 +79,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 def _create_app() -> Any:
     """The app factory, imported in the gunicorn worker after the fork (and after the metrics directory is set)."""
-    from app import create_app
+    from app.api.factory import create_app
 
     return create_app()
 

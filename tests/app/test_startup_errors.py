@@ -62,7 +62,7 @@ def test_an_unreachable_broker_is_one_line_naming_it(services) -> None:
 def test_readyz_names_the_service_that_is_down(settings) -> None:
     from dataclasses import replace
 
-    from app import create_app
+    from app.api.factory import create_app
     from app.runtime import Runtime
 
     broken = replace(settings, broker_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")
@@ -80,7 +80,7 @@ def test_readyz_names_the_service_that_is_down(settings) -> None:
 def test_readyz_is_ok_while_the_first_broker_is_down_and_a_failover_one_answers(settings) -> None:
     from dataclasses import replace
 
-    from app import create_app
+    from app.api.factory import create_app
     from app.runtime import Runtime
 
     down = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"

@@ -38,7 +38,7 @@ def client_factory(app):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def other_replica(runtime, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     """An API replica on the same database with its own, empty payload directory."""
-    from app import create_app
+    from app.api.factory import create_app
 
     other = Runtime(settings=replace(runtime.settings, batch_payload_dir=str(tmp_path_factory.mktemp("other"))),
                     pool=runtime.pool)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from app import create_app
 from app.access.cache import get_catalog
+from app.api.factory import create_app
 from app.auth import authenticate, get_policy
 from app.catalog.apply import apply_catalog
 from app.errors import RelayError

@@ -41,7 +41,7 @@ def traced_upstream() -> Iterator[FakeUpstream]:
 @pytest.fixture(scope="module")
 def traced(settings: Settings, receiver: OtlpReceiver) -> Iterator[tuple[Any, Runtime]]:
     """An app on a runtime of its own whose tracing exports to the receiver (batches may call back on loopback)."""
-    from app import create_app
+    from app.api.factory import create_app
 
     runtime = Runtime.build(replace(settings, **LOOPBACK_CALLBACKS))
     runtime.services["tracing"] = Tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
