@@ -103,25 +103,34 @@ pg_start() {  # pg_start NAME: `pg_autoctl run` for NAME in a session of its own
     echo $! > "$C/pg/$name.pid" )
 }
 pg_postmaster() { head -1 "$(pg_dir "$1")/postmaster.pid" 2>/dev/null || true; }
+# The postmaster's children, listed before anything is killed: each is a session of its own, and once the
+# postmaster is gone they belong to init. A backend then ends by itself; the monitor's health-check worker and the
+# logger it keeps open did not (found alive after `down --kill`, their cluster's folder removed).
+pg_children() { local pm; pm=$(pg_postmaster "$1"); [ -z "$pm" ] || ps -o pid= --ppid "$pm" 2>/dev/null || true; }
 pg_crash() {  # SIGKILL Postgres (the postmaster and every backend) of NAME; its keeper lives and reacts
   local pid; pid=$(pg_postmaster "$1")
   [ -n "$pid" ] || return 0
   # shellcheck disable=SC2046
-  kill -KILL "$pid" $(ps -o pid= --ppid "$pid") 2>/dev/null || true
+  kill -KILL "$pid" $(pg_children "$1") 2>/dev/null || true
   log "pg-$1: postgres killed (postmaster $pid and its children)"
 }
 pg_kill() {  # SIGKILL the keeper and Postgres of NAME at once (its process group, and the postmaster's children)
-  local pid; pid=$(pg_pid "$1")
+  local pid kids; pid=$(pg_pid "$1"); kids=$(pg_children "$1")
   [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
   pg_crash "$1"
+  # shellcheck disable=SC2086
+  [ -z "$kids" ] || kill -KILL $kids 2>/dev/null || true
   log "pg-$1: node killed (process group $pid)"
 }
 pg_halt() {  # SIGKILL the keeper of NAME, then stop its Postgres at once (immediate: it still frees its shared memory)
-  local pid; pid=$(pg_pid "$1")
+  local pid kids; pid=$(pg_pid "$1"); kids=$(pg_children "$1")
   [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
-  [ -n "$(pg_postmaster "$1")" ] || return 0
-  as_postgres "$PG_BIN/pg_ctl" -D "$(pg_dir "$1")" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
-  log "$(label "$1") halted"
+  if [ -n "$(pg_postmaster "$1")" ]; then
+    as_postgres "$PG_BIN/pg_ctl" -D "$(pg_dir "$1")" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+    log "$(label "$1") halted"
+  fi
+  # shellcheck disable=SC2086
+  [ -z "$kids" ] || kill -KILL $kids 2>/dev/null || true  # what the postmaster killed with the keeper left behind
 }
 pg_stop() {  # a graceful stop: SIGTERM to the keeper, which stops Postgres (fast) and exits
   local pid; pid=$(pg_pid "$1")
