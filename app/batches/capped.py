@@ -11,10 +11,8 @@ fits only once running items release what they did not use waits for them; one w
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -29,18 +27,14 @@ from app.runtime import Runtime
 
 ROOM_WAIT_S = 0.2  # how often an item that fits once running items end looks again
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class CapClaim:
     """What claiming a hard-capped batch's item gave: its claim row, or the outcome it ends with unrun, or neither
-    (the claim failed for another reason: the item was taken, the batch cancelled or past its deadline); RETRIED:
-    an attempt's connection ended, so a claim of this worker's may have committed unseen (runner._claim)."""
+    (the claim failed for another reason: the item was taken, the batch cancelled or past its deadline)."""
 
     row: dict[str, Any] | None = None
     refused: Outcome | None = None
-    retried: bool = False
 
 
 def is_hard(info: dict[str, Any] | None) -> bool:
@@ -49,13 +43,14 @@ def is_hard(info: dict[str, Any] | None) -> bool:
 
 
 def claim_capped(runtime: Runtime, payloads: PayloadStore, info: dict[str, Any], key: tuple[UUID, int], *,
-                 worker_id: str, counter: str, stopping: threading.Event, retries: Sequence[float]) -> CapClaim:
+                 worker_id: str, counter: str, stopping: threading.Event,
+                 retries: lifecycle.ClaimRetries) -> CapClaim:
     """Claim item KEY of a hard-capped batch (INFO: store.batch_run_info) with its cost bound reserved, waiting
     while it fits only once running items release their reservations (at most about as long as they can run).
 
-    An attempt whose connection ended is tried again after each of RETRIES (seconds), then raises, as an item's
-    plain claim does; one that committed unseen left the item running under WORKER_ID with its bound reserved on
-    its row, and is adopted (the final state releases the bound from that row)."""
+    An attempt whose connection ended is tried again as RETRIES say, as an item's plain claim is; one that committed
+    unseen left the item running under WORKER_ID with its bound reserved on its row, and is adopted (the final
+    state releases the bound from that row)."""
     batch_id, idx = key
     try:
         body = payloads.read_request(batch_id, idx)
@@ -66,27 +61,20 @@ def claim_capped(runtime: Runtime, payloads: PayloadStore, info: dict[str, Any],
         return CapClaim(refused=outcomes.budget_unbounded())
     settings = runtime.settings
     give_up = time.monotonic() + settings.batch_item_time_limit_s + 2 * settings.worker_lost_after_s + 60
-    waits, retried, first = iter((*retries, None)), False, time.monotonic()
     while True:
         try:
             with autocommit(runtime.pool) as conn:
-                row = lifecycle.claim_reserved(conn, batch_id, idx, worker_id, counter, bound)
-                if row is None and retried:
-                    row = store.own_unseen_claim(conn, batch_id, idx, worker_id, time.monotonic() - first + 1)
+                row = retries.adopted(conn, lifecycle.claim_reserved(conn, batch_id, idx, worker_id, counter, bound))
                 room = store.cap_room(conn, batch_id) if row is None else None
         except CONNECTION_ENDED as exc:
-            if (delay := next(waits)) is None:
-                raise
-            log.warning("claiming %s:%s failed (%s); retrying in %.1fs", batch_id, idx, exc, delay)
-            retried = True
-            time.sleep(delay)
+            retries.wait(exc)
             continue
         if row is not None:
-            return CapClaim(row=row, retried=retried)
+            return CapClaim(row=row)
         if room is None:
-            return CapClaim(retried=retried)
+            return CapClaim()
         if bound + int(room["spent"]) > int(room["cap"]):
             return CapClaim(refused=outcomes.budget_exceeded(bound))
         if bound + int(room["spent"]) + int(room["reserved"]) <= int(room["cap"]) or time.monotonic() > give_up:
-            return CapClaim(retried=retried)  # room enough: the claim failed for another reason
+            return CapClaim()  # room enough: the claim failed for another reason
         stopping.wait(ROOM_WAIT_S)

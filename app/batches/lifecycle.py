@@ -11,6 +11,8 @@ registered at boot (`on_batch_end`: the webhook event), in the same transaction.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
-from app.batches.store import OVER_BUDGET
+from app.batches.store import OVER_BUDGET, own_unseen_claim
 from app.usage.writer import FinalsPort, ItemKey, UsageRecord, commit_records, correct_late_usage
 from schemas.batches import ACTIVE_STATES, FINAL_STATES, ITEM_STATES, ItemState
 
@@ -29,6 +31,7 @@ __all__ = ["ACTIVE_STATES", "FINAL_STATES", "ITEM_STATES", "ItemState"]
 
 Row = dict[str, Any]
 Conn = Connection[Any]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,35 @@ def claim_reserved(conn: Conn, batch_id: UUID, idx: int, worker_id: str, counter
         end_if_paused(conn)
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"relay-cap:{batch_id}",))
         return claim_item(conn, batch_id, idx, worker_id, counter, bound)
+
+
+class ClaimRetries:
+    """One item's claim tried again through ended connections (an acked message whose claim failed would leave the
+    item waiting for the lost-message sweep): the waits between attempts, and, once an attempt was cut, the claim of
+    this worker's that committed unseen. That item is running under WORKER_ID since the cut attempt, and since
+    nothing here ran it (the registry keeps one thread per item), it is adopted and run, not discarded."""
+
+    def __init__(self, key: tuple[UUID, int], worker_id: str, waits: Sequence[float]) -> None:
+        self.key, self.worker_id = key, worker_id
+        self.retried = False  # an attempt was cut: the item's own claim may have committed unseen
+        self._waits = iter((*waits, None))
+        self._first = time.monotonic()
+
+    def adopted(self, conn: Conn, row: Row | None) -> Row | None:
+        """ROW (what an attempt claimed), or when it is None after a cut attempt, this worker's claim that committed
+        unseen since the first attempt (as claim_item returns it), if there is one."""
+        if row is not None or not self.retried:
+            return row
+        return own_unseen_claim(conn, *self.key, self.worker_id, time.monotonic() - self._first + 1)
+
+    def wait(self, exc: Exception) -> None:
+        """After an attempt ended by EXC: wait before the next one, or raise EXC when the waits are used up."""
+        delay = next(self._waits)
+        if delay is None:
+            raise exc
+        log.warning("claiming %s:%s failed (%s); retrying in %.1fs", *self.key, exc, delay)
+        self.retried = True
+        time.sleep(delay)
 
 
 _CLAIM_MANY = """

@@ -206,34 +206,23 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
 
 
 def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool, Outcome | None]:
-    """queued → running for this worker, retried through a database blip (an acked message whose claim failed
-    would leave the item waiting for the lost-message sweep); the claimed row or None, whether it retried, and the
-    outcome of an item of a hard-capped batch that must end unrun (app/batches/capped.py claims those).
-
-    An attempt whose connection dropped may have committed unseen: the item is then running under this worker's
-    id since that attempt, and since nothing here ran it (the registry keeps one thread per item), it is adopted
-    and run, not discarded."""
+    """queued → running for this worker, retried through a database blip (lifecycle.ClaimRetries, which adopts a
+    claim that committed unseen); the claimed row or None, whether it retried, and the outcome of an item of a
+    hard-capped batch that must end unrun (app/batches/capped.py claims those)."""
     info = ctx.batch_info(batch_id)
+    retries = lifecycle.ClaimRetries((batch_id, idx), ctx.worker_id, CLAIM_RETRIES_S)
     if capped.is_hard(info):
         assert info is not None
         got = capped.claim_capped(ctx.runtime, ctx.payloads, info, (batch_id, idx), worker_id=ctx.worker_id,
-                                  counter=ctx.thread_counter(), stopping=ctx.stopping, retries=CLAIM_RETRIES_S)
-        return got.row, got.retried, got.refused
-    retried, first = False, time.monotonic()
-    for delay in (*CLAIM_RETRIES_S, None):
+                                  counter=ctx.thread_counter(), stopping=ctx.stopping, retries=retries)
+        return got.row, retries.retried, got.refused
+    while True:
         try:
             with autocommit(ctx.runtime.pool) as conn:  # one statement: no BEGIN/COMMIT round trips
                 row = lifecycle.claim_item(conn, batch_id, idx, ctx.worker_id, counter=ctx.thread_counter())
-                if row is None and retried:
-                    row = store.own_unseen_claim(conn, batch_id, idx, ctx.worker_id, time.monotonic() - first + 1)
-                return row, retried, None
+                return retries.adopted(conn, row), retries.retried, None
         except psycopg.OperationalError as exc:
-            if delay is None:
-                raise
-            log.warning("claiming %s:%s failed (%s); retrying in %.1fs", batch_id, idx, exc, delay)
-            retried = True
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+            retries.wait(exc)
 
 
 def _execute(ctx: WorkerContext, item: ClaimedItem, interrupter: Interrupter, deadline: float,
