@@ -43,7 +43,16 @@ def _submit(console: Console, path: Any, shape: str = "openai") -> None:
     console.go("#/submit")
     console.wait_for("#file").send_keys(str(path))
     Select(console.first("#shape")).select_by_value(shape)
+    # Pressed once the estimate is shown, as a user does: the estimate appears above the button 0.3 s after the form
+    # changes, and a click while it moves the button may land beside it (a clean clone's .ci/run once found the
+    # page unsubmitted).
+    console.wait(lambda: _estimate_shown(console), "the estimate")
     console.first("#submit-form button[type=submit]").click()
+
+
+def _estimate_shown(console: Console) -> bool:
+    region = console.first("#submit-estimate")
+    return region.is_displayed() and bool(region.text) and "Estimating" not in region.text
 
 
 def _local(iso: str) -> str:
