@@ -106,8 +106,11 @@ class CatalogCache:
 
     def _catch_up(self, conn: psycopg.Connection[Any]) -> CatalogSnapshot:
         self.version_checks += 1
-        with conn.transaction():
+        if conn.autocommit:  # the listener's connection: one statement, without BEGIN and COMMIT round trips
             version = store.read_version(conn)
+        else:  # a pool connection: the read ends its transaction, so that a reload can begin its own
+            with conn.transaction():
+                version = store.read_version(conn)
         if version != self._snapshot.version:
             # A lower version than ours means the database was restored: take it as it is.
             return self._reload(conn, force=version < self._snapshot.version, seen=version)
