@@ -3,6 +3,9 @@ fake upstream, the batch tests' catalog) and one headless Chromium from Debian's
 
 Under CI=true a missing browser fails the run (scripts/test.sh installs it with scripts/browser.sh); elsewhere the
 tests are skipped with the command that installs it.
+
+The Relay and the browser are package-scoped: the folder is one xdist group (tests/tiers.py), and they stop once its
+last test is done instead of idling through the rest of the worker's session.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def console_catalog(upstream_url: str) -> dict[str, Any]:
     return catalog
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def console_world(services: ServiceUrls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleWorld]:
     name = os.environ.get("RELAY_TEST_DB", "relay_test") + "_console"
     own = fresh_services(name)
@@ -111,7 +114,7 @@ def chromium() -> tuple[str, str]:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def console(chromium: tuple[str, str], console_world: ConsoleWorld,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     shutil.rmtree(ARTIFACTS, ignore_errors=True)  # this run's screenshots only
