@@ -93,7 +93,7 @@ class Stack:
         config = Settings(database_url=database_url, broker_url=broker_url,
                           admin_token="fault-admin-" + secrets.token_hex(16),
                           secret_key="fault-secret-" + secrets.token_hex(16), batch_payload_dir=str(payloads),
-                          cache_poll_interval_s=0.2, queue_name=queue_name, **settings)
+                          queue_name=queue_name, **settings)
         env = settings_env(config)
         runtime = Runtime.build(config)
         from app.api.factory import create_app

@@ -74,7 +74,6 @@ def _settings(folder: str | None) -> Any:
             admin_token="test-admin-" + secrets.token_hex(16),
             secret_key="test-secret-" + secrets.token_hex(16),
             batch_payload_dir=str(tmp_path_factory.mktemp("payloads")),
-            cache_poll_interval_s=0.2,
             queue_name=f"relay.batch_items.{name}",
         )
 
