@@ -114,13 +114,12 @@ pg_crash() {  # SIGKILL Postgres (the postmaster and every backend) of NAME; its
   kill -KILL "$pid" $(pg_children "$1") 2>/dev/null || true
   log "pg-$1: postgres killed (postmaster $pid and its children)"
 }
-pg_kill() {  # SIGKILL the keeper and Postgres of NAME at once (its process group, and the postmaster's children)
-  local pid kids; pid=$(pg_pid "$1"); kids=$(pg_children "$1")
+pg_kill() {  # SIGKILL the keeper and Postgres of NAME at once (its process group, and the postmaster and its children)
+  local pid pm kids; pid=$(pg_pid "$1"); pm=$(pg_postmaster "$1"); kids=$(pg_children "$1")
   [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
-  pg_crash "$1"
   # shellcheck disable=SC2086
-  [ -z "$kids" ] || kill -KILL $kids 2>/dev/null || true
-  log "pg-$1: node killed (process group $pid)"
+  [ -z "$pm$kids" ] || kill -KILL $pm $kids 2>/dev/null || true
+  log "pg-$1: node killed (process group $pid, postmaster ${pm:-none} and its children)"
 }
 pg_halt() {  # SIGKILL the keeper of NAME, then stop its Postgres at once (immediate: it still frees its shared memory)
   local pid kids; pid=$(pg_pid "$1"); kids=$(pg_children "$1")
