@@ -7,13 +7,15 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 
-from app.batches.retention import purge_batches
-from app.commands.catalog import cli_runtime
-from app.wiring import plug_into_engine
 from schemas.durations import DurationError, parse_duration
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
+    # Imported here: every other `relay batches` command is an HTTP client, which needs neither psycopg nor the engine.
+    from app.batches.retention import purge_batches
+    from app.commands.catalog import cli_runtime
+    from app.wiring import plug_into_engine
+
     plug_into_engine()  # a batch that ends here gets its webhook event
     with cli_runtime() as runtime:
         report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run)

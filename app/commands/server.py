@@ -7,11 +7,11 @@ import os
 import sys
 from typing import Any, TypeVar
 
-from app.db import check_database
 from app.errors import BrokerUnavailable
-from app.migrate import apply_migrations
-from app.queue_backends import open_queue_probe
 from app.settings import Settings
+
+# psycopg, pika and the migrations are imported by the commands that run, not here: `relay api` (and `relay worker`
+# under gevent) re-executes itself before it runs, and its first interpreter needs none of them.
 
 T = TypeVar("T")
 
@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
 
 def preflight(settings: Settings) -> None:
     """Check Postgres and RabbitMQ once at start; one clear line if either is unreachable."""
+    from app.db import check_database
+    from app.queue_backends import open_queue_probe
+
     check_database(settings.database_url)
     status = open_queue_probe(settings).check()
     if status != "ok":
@@ -51,6 +54,9 @@ def preflight(settings: Settings) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from app.db import check_database
+    from app.migrate import apply_migrations
+
     settings = Settings.from_env()
     check_database(settings.database_url)
     applied = apply_migrations(settings.database_url)
@@ -62,10 +68,12 @@ def cmd_api(args: argparse.Namespace) -> int:
     if "gevent.monkey" not in sys.modules:  # patch before anything imports psycopg or socket: a fresh interpreter
         argv = _flags({"--bind": args.bind, "--workers": args.workers, "--connections": args.connections})
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_API_MAIN, *argv])  # noqa: S606
+    from app.api.server import run_gunicorn
+    from app.migrate import apply_migrations
+
     settings = Settings.from_env()
     preflight(settings)
     apply_migrations(settings.database_url)
-    from app.api.server import run_gunicorn
     from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
@@ -90,6 +98,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if gevent and "gevent.monkey" not in sys.modules:  # patch before anything imports socket: a fresh interpreter
         argv = _flags({"--processes": args.processes, "--threads": args.threads})
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_WORKER_MAIN, *argv, "--gevent"])  # noqa: S606
+    from app.migrate import apply_migrations
+
     preflight(settings)
     apply_migrations(settings.database_url)
     timeout_ms = int((settings.batch_item_time_limit_s + 30) * 1000)
@@ -104,6 +114,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     check_worker_metrics_port(settings.worker_metrics_port, settings.worker_metrics_host)
     prepare_metrics_dir()  # removed when this process exits (so made after the exec above, not before it)
+    # The engine, which each worker process imports (through actors.worker) after Dramatiq forks it: imported once
+    # here, before the fork, so that each process starts with it loaded (about 0.18 s of CPU less a process). After
+    # prepare_metrics_dir: prometheus_client, if anything imports it, must see the multiprocess directory.
+    import app.batches.dispatch
+    import app.batches.monitor  # noqa: F401
+
     sys.argv = argv
     return int(dramatiq_main() or 0)
 
