@@ -54,6 +54,7 @@ class SeaweedFS:
     secret_key: str = field(default_factory=lambda: secrets.token_hex(20))
     ports: list[int] = field(default_factory=list)  # BLOCK claimed ports, in _arguments' order
     proc: subprocess.Popen[bytes] | None = None
+    _clients: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
 
     @property
     def endpoint_url(self) -> str:
@@ -98,13 +99,18 @@ class SeaweedFS:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def client(self) -> Any:
-        """A boto3 client of this server, configured as Relay configures its own."""
+        """A boto3 client of this server, configured as Relay configures its own; one for the server's life, as Relay
+        keeps one a process (boto3's clients are thread-safe; making one reads the S3 API's model again, about 0.1 s
+        of CPU, and the start's readiness probe asked for one every 0.2 s)."""
         from app.payload_s3 import s3_client
         from app.settings import Settings
 
-        settings = Settings(database_url="postgresql://unused", broker_url="amqp://unused", admin_token="x" * 16,
-                            secret_key="x" * 16, **self.settings())
-        return s3_client(settings, self.credentials())
+        key = (self.endpoint_url, self.bucket, self.access_key, self.secret_key)
+        if key not in self._clients:
+            settings = Settings(database_url="postgresql://unused", broker_url="amqp://unused", admin_token="x" * 16,
+                                secret_key="x" * 16, **self.settings())
+            self._clients[key] = s3_client(settings, self.credentials())
+        return self._clients[key]
 
     def _arguments(self) -> list[str]:
         names = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
