@@ -37,13 +37,21 @@ def _nothing_of_another_file(runtime, upstream) -> None:  # type: ignore[no-unty
         conn.execute("UPDATE batches SET status = 'cancelled', finished_at = now() WHERE finished_at IS NULL")
 
 
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    """Two `relay worker` processes of four threads each, with WORKER_SETTINGS, for the module's tests."""
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=2, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
+def module_workers(processes: int = 2, **overrides: Any) -> Any:
+    """A module-scoped `workers` fixture: `relay worker` of PROCESSES processes of four threads each, with
+    WORKER_SETTINGS and OVERRIDES, for the module's tests (a test file binds `workers = module_workers(...)`)."""
+
+    @pytest.fixture(scope="module", name="workers")
+    def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
+        proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=processes,
+                             threads=4, **(WORKER_SETTINGS | overrides))
+        yield proc
+        proc.stop()
+
+    return workers
+
+
+workers = module_workers()
 
 
 @pytest.fixture()

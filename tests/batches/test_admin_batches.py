@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -18,8 +17,8 @@ import pytest
 from app.batches import outbox
 from app.batches.fleet import fleet_status
 from app.runtime import Runtime
-from devtools.processes import ROOT, RelayProcess, free_port, start_workers
-from tests.batches.conftest import WORKER_SETTINGS
+from devtools.processes import ROOT, free_port
+from tests.batches.conftest import module_workers
 from tests.batches.helpers import CHAT, get, submit, wait_finished
 
 pytestmark = pytest.mark.integration
@@ -166,12 +165,7 @@ def test_fleet_status_counts_the_queue_and_tells_live_workers_from_silent_ones(r
 
 # -- `relay admin-batches` against a real API and real workers ------------------------------------------------
 
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=1, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
+workers = module_workers(processes=1)
 
 
 def admin_cli(relay_api, token: str | None, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]

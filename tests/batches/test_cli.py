@@ -6,24 +6,18 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devtools.processes import ROOT, RelayProcess, start_workers
-from tests.batches.conftest import WORKER_SETTINGS
+from devtools.processes import ROOT
+from tests.batches.conftest import module_workers
 from tests.batches.helpers import CHAT
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 
 
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=1, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
+workers = module_workers(processes=1)
 
 
 def relay(relay_api, key: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:  # type: ignore[no-untyped-def]

@@ -8,21 +8,15 @@ from typing import Any
 
 import pytest
 
-from devtools.processes import RelayProcess, start_workers
 from devtools.waiting import until
-from tests.batches.conftest import WORKER_SETTINGS
+from tests.batches.conftest import module_workers
 from tests.batches.helpers import CHAT, get, submit, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
 ITEMS = 400
 
 
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=1, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
+workers = module_workers(processes=1)
 
 
 @pytest.fixture()

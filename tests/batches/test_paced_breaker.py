@@ -5,13 +5,11 @@ every item is sent to the upstream once at most, and only those the upstream its
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from devtools.processes import RelayProcess, start_workers
-from tests.batches.conftest import WORKER_SETTINGS
+from tests.batches.conftest import module_workers
 from tests.batches.helpers import submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration
@@ -19,15 +17,10 @@ ITEMS = 24
 KEY = "sk-batch-brk"  # the `paced-breaker` policy's one key: 2 failures open its breaker for 3 s
 
 
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    """The folder's workers, with an item time limit of 30 s instead of 4: an item in flight when the breaker opens
-    waits its 3 s cool-down inside its run, and the folder's 4 s left its call 1 s, which a loaded machine crossed
-    (the item then ended `time_limit_exceeded`, once in a full run)."""
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=2, threads=4,
-                         **(WORKER_SETTINGS | {"batch_item_time_limit_s": 30}))
-    yield proc
-    proc.stop()
+# The folder's workers with an item time limit of 30 s instead of 4: an item in flight when the breaker opens waits its
+# 3 s cool-down inside its run, and the folder's 4 s left its call 1 s, which a loaded machine crossed (the item then
+# ended `time_limit_exceeded`, once in a full run).
+workers = module_workers(batch_item_time_limit_s=30)
 
 
 def test_a_paced_batch_across_a_breakers_cooldown_completes_every_item_it_did_not_send_into_a_failure(

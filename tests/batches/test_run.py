@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -12,21 +11,12 @@ import pika
 import pytest
 import requests
 
-from devtools.processes import RelayProcess, start_workers
 from devtools.services import MQ_UI_PORT
 from devtools.waiting import until
 from tests.batches.conftest import WORKER_SETTINGS
 from tests.batches.helpers import CHAT, get, results, submit, usage_events, wait_finished
 
 pytestmark = pytest.mark.integration  # real Postgres, RabbitMQ or fake upstream
-
-
-@pytest.fixture(scope="module")
-def workers(settings_env, runtime, catalog, tmp_path_factory) -> Iterator[RelayProcess]:  # type: ignore[no-untyped-def]
-    proc = start_workers(settings_env, tmp_path_factory.mktemp("workers"), runtime, processes=2, threads=4,
-                         **WORKER_SETTINGS)
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture(autouse=True)
