@@ -40,8 +40,10 @@ def register(sub: Any) -> None:
 
 
 def preflight(settings: Settings) -> None:
-    """Check Postgres and RabbitMQ once at start; one clear line if either is unreachable."""
+    """Check Postgres and RabbitMQ once at start (one clear line if either is unreachable), then apply the
+    migrations."""
     from app.db import check_database
+    from app.migrate import apply_migrations
     from app.queue_backends import open_queue_probe
 
     check_database(settings.database_url)
@@ -51,6 +53,7 @@ def preflight(settings: Settings) -> None:
 
         nodes = ", ".join(f"{p.hostname}:{p.port or 5672}" for p in map(urlsplit, settings.broker_urls))
         raise BrokerUnavailable(message=f"cannot connect to RabbitMQ at {nodes} ({status})")
+    apply_migrations(settings.database_url)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -69,11 +72,9 @@ def cmd_api(args: argparse.Namespace) -> int:
         argv = _flags({"--bind": args.bind, "--workers": args.workers, "--connections": args.connections})
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_API_MAIN, *argv])  # noqa: S606
     from app.api.server import run_gunicorn
-    from app.migrate import apply_migrations
 
     settings = Settings.from_env()
     preflight(settings)
-    apply_migrations(settings.database_url)
     from app.observability.metrics import prepare_metrics_dir
 
     prepare_metrics_dir()
@@ -98,10 +99,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if gevent and "gevent.monkey" not in sys.modules:  # patch before anything imports socket: a fresh interpreter
         argv = _flags({"--processes": args.processes, "--threads": args.threads})
         os.execv(sys.executable, [sys.executable, "-c", _GEVENT_WORKER_MAIN, *argv, "--gevent"])  # noqa: S606
-    from app.migrate import apply_migrations
-
     preflight(settings)
-    apply_migrations(settings.database_url)
     timeout_ms = int((settings.batch_item_time_limit_s + 30) * 1000)
     threads = _given(args.threads, settings.worker_threads)
     os.environ.setdefault("dramatiq_queue_prefetch", str(threads))
