@@ -105,7 +105,8 @@ class SeaweedFS:
         from app.payload_s3 import s3_client
         from app.settings import Settings
 
-        key = (self.endpoint_url, self.bucket, self.access_key, self.secret_key)
+        key = (self.endpoint_url, self.bucket, self.access_key, self.secret_key)  # a start retried on a new block of
+        # ports changes the endpoint the readiness probe's client was made for
         if key not in self._clients:
             settings = Settings(database_url="postgresql://unused", broker_url="amqp://unused", admin_token="x" * 16,
                                 secret_key="x" * 16, **self.settings())
