@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -254,8 +255,8 @@ def test_pages_fit_a_phone_and_work_from_the_keyboard(console: Console, console_
         fits = "return document.documentElement.scrollWidth <= window.innerWidth"
         assert console.driver.execute_script(fits)  # wide tables scroll inside their own box
         console.screenshot("batches-phone", PHONE)
-        focused = _tab_to(console, lambda el: el.get_dom_attribute("href") == "#/submit" and el.text == "Submit")
-        focused.send_keys(Keys.ENTER)
+        _tab_to(console, lambda el: el.get_dom_attribute("href") == "#/submit" and el.text == "Submit")
+        ActionChains(console.driver).send_keys(Keys.ENTER).perform()  # on the link the Tab key reached
         console.wait_text("main h1", "Submit a batch")
         assert console.driver.execute_script(fits)
         console.screenshot("submit-phone", PHONE)
@@ -264,11 +265,13 @@ def test_pages_fit_a_phone_and_work_from_the_keyboard(console: Console, console_
 
 
 def _tab_to(console: Console, wanted: Any, presses: int = 60) -> Any:
-    """Press Tab until the focused element is WANTED; the element. The batches page refreshes itself: an element
-    replaced between the press and the look is stale, and the next press goes on from wherever focus is then."""
+    """Press Tab until the focused element is WANTED; the element. The key goes to the page, as a keyboard's does,
+    not to an element: the batches page refreshes itself, and the element focused a moment ago may be gone or not
+    yet shown (a loaded machine once found it "not interactable"). An element replaced between the press and the
+    look is stale, and the next press goes on from wherever focus is then."""
     for _ in range(presses):
+        ActionChains(console.driver).send_keys(Keys.TAB).perform()
         try:
-            console.driver.switch_to.active_element.send_keys(Keys.TAB)
             element = console.driver.switch_to.active_element
             if wanted(element):
                 return element
