@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.settings import Settings
 from devtools.cluster.harness import Cluster, ClusterStack, TcpProxy, db_now
 from devtools.cluster.pgnodes import PrimaryWatch
 from devtools.processes import RelayProcess
@@ -88,8 +89,12 @@ def fail_over_postgres(stack: ClusterStack, cluster: Cluster, pace: Pace) -> Fau
     final states read from the primary just before, the APIs, the old and the new primary."""
     pace.slow(stack)
     apis = stack.start_apis(2)
-    stack.start_worker(pace.threads, **cluster.broker_settings(2))
-    stack.start_worker(pace.threads, **cluster.broker_settings(3))
+    # Relay's own lost-after time (15 s), not the fault stack's 5 s: after the failover every worker reconnects, and
+    # the first one back judges the others once its own beats have been steady that long. With 5 s, under two test
+    # runs at once, a live worker group's item was judged lost (it had not beaten again in time).
+    lost_after = {"worker_lost_after_s": Settings.worker_lost_after_s}
+    stack.start_worker(pace.threads, **cluster.broker_settings(2), **lost_after)
+    stack.start_worker(pace.threads, **cluster.broker_settings(3), **lost_after)
     key, batch_id = _start(stack, pace)
     committed = {int(r["idx"]): str(r["state"]) for r in
                  stack.item_rows(batch_id, "state IN ('completed', 'discarded', 'cancelled')")}
