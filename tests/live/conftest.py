@@ -19,7 +19,9 @@ from tests.pipeline.conftest import pipeline_catalog
 services, settings, settings_env, runtime, app, admin, relay_api = database_fixtures("live")
 
 DEADLINES = {"RELAY_API_HEADER_TIMEOUT_S": "1", "RELAY_API_IO_TIMEOUT_S": "1"}
-LEASED = 200  # the `leased` policy's requests per 3 s window (`leased-12s`: the same per 12 s)
+# The `leased` and `leased-killed` policies' requests per 12 s window (one policy for each test that drives one past
+# its limit, so that what a test leaves running does not count in the next one's window)
+LEASED = 200
 BIG_KEY = "sk-big"  # the fake upstream streams one 8 MB delta on this key: more than the sockets' buffers hold
 
 
@@ -31,8 +33,8 @@ def live_catalog(upstream_url: str) -> dict[str, Any]:
          "circuit_breaker": {"failures": 1, "cooldown": "1h"}},
         {"name": "limited-20", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": 20, "per": "1h"}]},
         {"name": "big", "models": ["*"], "key_pool": ["big"]},
-        {"name": "leased", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": LEASED, "per": "3s"}]},
-        {"name": "leased-12s", "models": ["*"], "key_pool": ["oa-1"],
+        {"name": "leased", "models": ["*"], "key_pool": ["oa-1"], "rate_limits": [{"requests": LEASED, "per": "12s"}]},
+        {"name": "leased-killed", "models": ["*"], "key_pool": ["oa-1"],
          "rate_limits": [{"requests": LEASED, "per": "12s"}]},
         {"name": "wide", "models": ["*"], "key_pool": ["oa-1"],
          "rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "60s"}]},

@@ -25,9 +25,10 @@ from tests.observability.helpers import parse, value
 from tests.pipeline.helpers import CHAT
 
 pytestmark = pytest.mark.integration
-WINDOW_S = 3  # the `leased` policy's window
-# `leased-12s`: long enough that a loaded machine's clients use the whole limit well before its end
-LONG_WINDOW_S = 12
+# The `leased` policies' window: long enough that a loaded machine's clients use the whole limit well before its
+# end. Two full test runs at once admitted only 65 to 77 calls and items in each of 3 s windows of 200 (no refusal
+# to see); a killed process's slice counts as stranded only if the live processes use all the rest.
+WINDOW_S = 12
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +137,7 @@ def test_live_calls_and_a_batch_on_four_processes_never_pass_a_windows_limit(
                         json={"shape": "openai", "requests": [CHAT] * 2500})
     assert res.status_code == 202, res.text
     stop = threading.Event()
-    threading.Timer(4 * WINDOW_S, stop.set).start()
+    threading.Timer(3 * WINDOW_S, stop.set).start()
     refused_at: list[float] = []
     statuses = hammer([api.url for api in replicas], key, stop, reconnect_refused=True, refused_at=refused_at)
     # what is left of it would take later tests' windows (409: it has ended, its items all past the limit)
@@ -145,12 +146,13 @@ def test_live_calls_and_a_batch_on_four_processes_never_pass_a_windows_limit(
     assert 200 in statuses  # refusals, of calls or items, are counted below (a loaded run once had no 429 call)
     starts = admitted_starts(runtime, started - 1)
     first = math.floor(started / WINDOW_S + 0.5)
-    counts = {w: admitted_in(starts, w) for w in range(first, first + 4)}  # the windows hammered from start to end
+    counts = {w: admitted_in(starts, w) for w in range(first, first + 3)}  # the windows hammered from start to end
     assert max(granted_per_window(runtime)) <= LEASED
     assert all(inside <= LEASED for inside, _ in counts.values()), counts
     # Driven past the limit: calls or items were refused in a window after the first (whose start the batch's
     # submit and the processes' first slices share). How full such windows get is the bench's (shared_limit): on a
-    # machine running two test suites at once, 3 s windows with a refusal held 142 to 194 admissions of 200.
+    # machine running two test suites at once, 3 s windows with a refusal held 142 to 194 admissions of 200, and in
+    # another such run no 3 s window was filled (65 to 77 started well inside each).
     refused_at += refused_items(runtime, res.json()["id"])
     refused_in = {math.floor(t / WINDOW_S) for t in refused_at}
     assert refused_in & (set(counts) - {first}), (counts, sorted(refused_at))
@@ -167,10 +169,10 @@ def refused_items(runtime: Any, batch_id: str) -> list[float]:
 def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_ends(
         live_env: dict[str, str], replicas: list[RelayProcess], admin: Any, runtime: Any,
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    # A 12 s window: the live clients must use all that the live processes hold before it ends, or what they held
-    # would count as stranded (a loaded CI machine admitted 124 in the 3 s window's 2.8 s, with 42 held).
-    key = accepted_key(admin, replicas, "leased-12s")
-    window_s = LONG_WINDOW_S
+    # The live clients must use all that the live processes hold before the window ends, or what they held would
+    # count as stranded (a loaded CI machine admitted 124 in a 3 s window's 2.8 s, with 42 held).
+    key = accepted_key(admin, replicas, "leased-killed")
+    window_s = WINDOW_S
     doomed = start_api(live_env, tmp_path_factory.mktemp("doomed"), workers=1)
     try:
         until(lambda: requests.get(f"{doomed.url}/v1/models", headers=bearer(key), timeout=10).status_code == 200,
@@ -183,7 +185,7 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
                                     timeout=30).status_code == 200
         # Its five calls' usage events committed first (written just after each answer): a kill before would lose
         # them too, and five admitted calls would count as stranded (a full run at load counted 22 of 20).
-        until(lambda: len(admitted_starts(runtime, window_start - 1, "leased-12s")) >= 5,
+        until(lambda: len(admitted_starts(runtime, window_start - 1, "leased-killed")) >= 5,
               what="the killed replica's calls recorded")
         doomed.stop(signal.SIGKILL)
         stop = threading.Event()
@@ -194,10 +196,10 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
     finally:
         doomed.stop()
     window = math.floor(window_start / window_s)
-    admitted = max(admitted_in(admitted_starts(runtime, window_start - 1, "leased-12s"), window, window_s))
+    admitted = max(admitted_in(admitted_starts(runtime, window_start - 1, "leased-killed"), window, window_s))
     with runtime.pool.connection() as conn:
         row = conn.execute("SELECT w.requests FROM rate_limit_windows w JOIN policy_rate_limits l ON l.id = w.limit_id"
-                           " JOIN policies p ON p.id = l.policy_id WHERE p.name = 'leased-12s'"
+                           " JOIN policies p ON p.id = l.policy_id WHERE p.name = 'leased-killed'"
                            " AND w.window_start = to_timestamp(%s)", (window * window_s,)).fetchone()
     assert row is not None and int(row["requests"]) <= LEASED
     stranded = int(row["requests"]) - admitted
@@ -208,7 +210,7 @@ def test_a_killed_process_strands_at_most_its_slice_and_only_until_its_window_en
     stop = threading.Event()
     threading.Timer(window_s - 0.2, stop.set).start()
     hammer([api.url for api in replicas], key, stop, reconnect_refused=True)
-    assert admitted_in(admitted_starts(runtime, after - 1, "leased-12s"), math.floor(after / window_s),
+    assert admitted_in(admitted_starts(runtime, after - 1, "leased-killed"), math.floor(after / window_s),
                        window_s)[1] >= 0.98 * LEASED
 
 
