@@ -7,8 +7,10 @@ logs) grouped by statement, always in the same order so concurrent groups cannot
 `app.batches.lifecycle.commit_finals`, which calls down into it; this package never imports app/batches.
 
 `GroupWriter` is a per-process thread that batches what many threads submit into one such transaction: a worker
-process's items, a live API process's calls. `before_commit` runs first (the payload store's sync: a response's
-location is committed only once its bytes are durable).
+process's items, a live API process's calls. Calls' events with no side writes are one statement (an INSERT, or a
+COPY of several), which commits by itself: no BEGIN and COMMIT round trips, two of a sequential call's three.
+`before_commit` runs first (the payload store's sync: a response's location is committed only once its bytes are
+durable).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from app.db import CONNECTION_ENDED, Statement
+from app.db import CONNECTION_ENDED, Statement, autocommit
 from app.usage.events import UsageEvent
 from app.usage.shared import STORED_COLUMNS, shared_rows, stored_values
 
@@ -233,9 +235,15 @@ class GroupWriter:
             try:
                 finals = self._synced(finals)
                 tails: set[UUID] = set()
-                with self.pool.connection() as conn, conn.transaction():
-                    done = self._commit_group(conn, [f for f, _ in finals], records, tails)
-                    claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
+                done: set[ItemKey] = set()
+                claimed: dict[ItemKey, Any] = {}
+                if not finals and self._one_statement(records):
+                    with autocommit(self.pool) as conn:  # it commits by itself: no BEGIN and COMMIT round trips
+                        commit_records(conn, records)
+                else:
+                    with self.pool.connection() as conn, conn.transaction():
+                        done = self._commit_group(conn, [f for f, _ in finals], records, tails)
+                        claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
                 for final, future in finals:
                     if final.then is not None:
                         final.then[1].set_result(claimed.get((final.key[0], final.then[0])))
@@ -263,6 +271,11 @@ class GroupWriter:
             future.set_exception(RuntimeError("the item's final state could not be committed"))
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))
+
+    def _one_statement(self, records: list[UsageRecord]) -> bool:
+        """Whether RECORDS are one statement's work: live calls' events (an INSERT, or a COPY of several) with no
+        side writes, and no batch's shared row to insert first; so without a transaction of their own."""
+        return self._finals is None and all(not r.extra and r.event.batch_id is None for r in records)
 
     def _commit_group(self, conn: psycopg.Connection[Any], finals: list[Final], records: list[UsageRecord],
                       tails: set[UUID]) -> set[ItemKey]:
