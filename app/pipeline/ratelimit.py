@@ -264,7 +264,7 @@ class RateLimiter:
             if not (want_r or want_t or ret_r or ret_t or repay):
                 lease.pending = False
                 continue
-            lease.sent = {"need": lease.waiters, "ret_r": ret_r, "ret_t": ret_t, "repay": repay}
+            lease.sent = {"need": lease.waiters, "want_t": want_t, "ret_r": ret_r, "ret_t": ret_t, "repay": repay}
             asks.append((lease, want_r, want_t, ret_r, ret_t, repay))
         return asks
 
@@ -285,8 +285,12 @@ class RateLimiter:
             lease.tokens += granted_t
             lease.window_requests, lease.window_tokens, lease.window_batch_requests, lease.window_batch_tokens = window
             lease.last_slice = granted_r
+            # Refused only when the window itself had no room: it granted less than was asked. A token balance still
+            # spent after a whole grant (the answers of calls admitted earlier landed while the statement ran, each
+            # using more tokens than the estimate it reserved) asks again instead.
             short_r = lease.limit.requests is not None and granted_r < sent["need"]
-            short_t = lease.limit.tokens is not None and sent["need"] > 0 and lease.tokens <= 0
+            short_t = (lease.limit.tokens is not None and sent["need"] > 0 and granted_t < sent["want_t"]
+                       and lease.tokens <= 0)
             if short_r or short_t:
                 lease.refused_at = mono
             elif lease.waiters and not lease.can_admit():

@@ -53,6 +53,8 @@ def pipeline_catalog(upstream_url: str) -> dict[str, Any]:
              "circuit_breaker": {"failures": 100, "cooldown": "1s"}},
             {"name": "limited", "models": ["*"], "key_pool": pool, "rate_limits": [{"requests": 5, "per": "1h"}]},
             {"name": "token-limited", "models": ["*"], "key_pool": pool, "rate_limits": [{"tokens": 1, "per": "1h"}]},
+            {"name": "token-roomy", "models": ["*"], "key_pool": pool,
+             "rate_limits": [{"requests": 1_000_000, "tokens": 1_000_000_000, "per": "1h"}]},
             {"name": "narrow", "models": ["gpt-*"], "key_pool": pool},
             {"name": "logged", "models": ["*"], "key_pool": pool, "payload_logging": True},
             {"name": "nokeys", "models": ["*"], "key_pool": ["an-1"]},
