@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
@@ -235,15 +236,9 @@ class GroupWriter:
             try:
                 finals = self._synced(finals)
                 tails: set[UUID] = set()
-                done: set[ItemKey] = set()
-                claimed: dict[ItemKey, Any] = {}
-                if not finals and self._one_statement(records):
-                    with autocommit(self.pool) as conn:  # it commits by itself: no BEGIN and COMMIT round trips
-                        commit_records(conn, records)
-                else:
-                    with self.pool.connection() as conn, conn.transaction():
-                        done = self._commit_group(conn, [f for f, _ in finals], records, tails)
-                        claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
+                with self._connection(finals, records) as conn:
+                    done = self._commit_group(conn, [f for f, _ in finals], records, tails)
+                    claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
                 for final, future in finals:
                     if final.then is not None:
                         final.then[1].set_result(claimed.get((final.key[0], final.then[0])))
@@ -272,10 +267,18 @@ class GroupWriter:
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))
 
-    def _one_statement(self, records: list[UsageRecord]) -> bool:
-        """Whether RECORDS are one statement's work: live calls' events (an INSERT, or a COPY of several) with no
-        side writes, and no batch's shared row to insert first; so without a transaction of their own."""
-        return self._finals is None and all(not r.extra and r.event.batch_id is None for r in records)
+    @contextmanager
+    def _connection(self, finals: list[tuple[Final, Future[str | None]]],
+                    records: list[UsageRecord]) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to commit one group on: in a transaction, unless the group is one statement's work (live
+        calls' events with no side writes and no batch's shared row to insert first: an INSERT, or a COPY of
+        several), which commits by itself without the BEGIN and COMMIT round trips."""
+        if not finals and self._finals is None and all(not r.extra and r.event.batch_id is None for r in records):
+            with autocommit(self.pool) as conn:
+                yield conn
+        else:
+            with self.pool.connection() as conn, conn.transaction():
+                yield conn
 
     def _commit_group(self, conn: psycopg.Connection[Any], finals: list[Final], records: list[UsageRecord],
                       tails: set[UUID]) -> set[ItemKey]:
