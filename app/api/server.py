@@ -32,6 +32,7 @@ from typing import Any
 import gevent
 from gunicorn.app.base import BaseApplication
 from gunicorn.http import errors as http_errors
+from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.http.body import ChunkedReader
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
@@ -199,6 +200,53 @@ class RelayGeventWorker(GeventWorker):  # type: ignore[misc]
             pass
 
 
+class OneWriteResponse(gunicorn_wsgi.Response):  # type: ignore[misc]
+    """gunicorn's response whose head leaves with the first body bytes, in one send: gunicorn sends them apart
+    (two system calls, and two segments for the client to wait for). Whatever gunicorn would have sent by the end
+    of a write() or close() is sent by then here too; a file sent with sendfile() has its head sent first."""
+
+    headers_sent: bool
+    _head = b""
+    _head_at_once = False
+
+    def send_headers(self) -> None:
+        if self.headers_sent:
+            return
+        lines = self.default_headers()
+        lines.extend(f"{name}: {value}\r\n" for name, value in self.headers)
+        self._head = ("".join(lines) + "\r\n").encode("latin-1")
+        self.headers_sent = True
+        if self._head_at_once:
+            self._send_head()
+
+    def _send_head(self) -> None:
+        head, self._head = self._head, b""
+        if head:
+            self.sock.sendall(head)
+
+    def _emit_body(self, data: bytes) -> None:
+        if self.chunked:
+            data = b"%X\r\n%s\r\n" % (len(data), data)
+        head, self._head = self._head, b""
+        self.sock.sendall(head + data if head else data)
+
+    def write(self, arg: bytes) -> None:
+        super().write(arg)
+        self._send_head()  # a write that emitted nothing (no body allowed, or past Content-Length) still sends it
+
+    def sendfile(self, respiter: Any) -> bool:
+        self._head_at_once = True
+        return bool(super().sendfile(respiter))
+
+    def close(self) -> None:
+        if not self.headers_sent:
+            self.send_headers()
+        if self.chunked:
+            self._emit_body(b"")  # the last chunk
+        else:
+            self._send_head()
+
+
 class _RelayGunicorn(BaseApplication):  # type: ignore[misc]
     def __init__(self, create_app: Callable[[], Any], options: dict[str, Any]) -> None:
         self.create_app = create_app
@@ -230,6 +278,7 @@ def run_gunicorn(create_app: Callable[[], Any], *, bind: str, workers: int, conn
     RelayGeventWorker.io_timeout_s = io_timeout_s
     RelayGeventWorker.connections_per_address = connections_per_address
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # inherited by the forked workers
+    gunicorn_wsgi.Response = OneWriteResponse  # what gunicorn_wsgi.create() answers with, in the forked workers too
     options = {
         "bind": bind,
         "workers": workers,
