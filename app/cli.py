@@ -25,6 +25,7 @@ COMMANDS = {
     "keys": "app.commands.credentials", "tokens": "app.commands.credentials",
     "batches": "app.commands.batches",
     "admin-batches": "app.commands.admin_batches",
+    "usage": "app.commands.usage",
 }
 
 

@@ -49,6 +49,15 @@ def apply_migrations(database_url: str) -> list[int]:
     return applied_now
 
 
+def pending_migrations(database_url: str) -> list[int]:
+    """The versions of the migrations this code has and the database has not applied yet."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        done: set[int] = set()
+        if conn.execute("SELECT to_regclass('schema_migrations')").fetchone() != (None,):
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    return [version for version, _ in list_migrations() if version not in done]
+
+
 def check_shapes(conn: psycopg.Connection[Any]) -> None:
     """ShapeRegistrationError unless the shapes the database accepts are the registered batch shapes: a shape
     with no adapter, or an adapter whose shape no migration lets the database store, stops the process at start

@@ -1,5 +1,6 @@
 """Usage events SQL for reading: filtered pages, a streamed export, and grouped sums (exact, in integer nanos),
-all through the usage_events_full view (never the table).
+all through the usage_events_full view (never the table). Sums count the hourly rows that `relay usage purge`
+folded old events into (app/usage/retention.py) with the events still kept.
 
 Every fragment below is a constant; values always travel as parameters.
 """
@@ -19,6 +20,13 @@ from app.usage.queries import UsageFilter, Visibility, sum_counters
 Where = tuple[str, list[Any]]
 # Events as readers see them: a batch item's request id made, its batch's shared parts filled in (migration 0030).
 EVENTS = "usage_events_full"
+# Folded events as summaries read events (migration 0032): each row counts `n` events, `unpriced` of them unpriced.
+ROLLUPS = "usage_rollup_rows"
+# What a sum reads of an event or a rollup row (alias `e`), then its count and unpriced count.
+_SUMMED = ("e.source, e.created_at, e.status, e.error_code, e.model_requested, e.host_id, e.host_name,"
+           " e.credential_kind, e.credential_id, e.principal_kind, e.principal_id, e.policy_id, e.project_id,"
+           " e.team_id, e.batch_id, e.input_tokens, e.output_tokens, e.cached_tokens, e.cost_nanos")
+_UNPRICED = "e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL"
 
 _STATUS_RANGES = {"2xx": (200, 300), "3xx": (300, 400), "4xx": (400, 500), "5xx": (500, 600)}
 _NAMED_TABLES = {"policy": ("policy_id", "policies"), "project": ("project_id", "projects"),
@@ -53,15 +61,15 @@ BUCKET_SQL = {"hour": "date_trunc('hour', e.created_at, 'UTC')", "day": "date_tr
 # as an error: nothing failed. `cost_nanos` is NULL for a group with no priced event (summary_json decides whether
 # that is 0 or unknown).
 _STOPPED = "e.error_code IN ('batch_cancelled', 'batch_expired')"
-_AGGREGATES = f"""count(*) AS requests,
-  count(*) FILTER (WHERE (e.status >= 400 OR e.error_code IS NOT NULL) AND NOT coalesce({_STOPPED}, false))
-  AS errors,
-  count(*) FILTER (WHERE {_STOPPED}) AS cancelled,
+_AGGREGATES = f"""coalesce(sum(e.n), 0) AS requests,
+  coalesce(sum(e.n) FILTER (WHERE (e.status >= 400 OR e.error_code IS NOT NULL) AND NOT coalesce({_STOPPED}, false)),
+    0) AS errors,
+  coalesce(sum(e.n) FILTER (WHERE {_STOPPED}), 0) AS cancelled,
   coalesce(sum(e.input_tokens), 0) AS input_tokens,
   coalesce(sum(e.output_tokens), 0) AS output_tokens,
   coalesce(sum(e.cached_tokens), 0) AS cached_tokens,
   sum(e.cost_nanos) AS cost_nanos,
-  count(*) FILTER (WHERE e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL) AS unpriced"""
+  coalesce(sum(e.unpriced), 0) AS unpriced"""
 
 # The principal's name, over any alias-`e` table with principal_kind and principal_id (events, batches).
 PRINCIPAL_NAME = ("CASE e.principal_kind WHEN 'user' THEN (SELECT name FROM users WHERE id = e.principal_id)"
@@ -109,35 +117,46 @@ def iter_events(pool: ConnectionPool, flt: UsageFilter, vis: Visibility, *,
 def summarize(conn: Connection[Any], flt: UsageFilter, vis: Visibility, *, group_by: list[str],
               bucket: str | None, max_rows: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(totals, up to MAX_ROWS + 1 group rows), counters summed in SQL; totals are exact integer sums."""
-    where, params = event_where(flt, vis)
+    rows_sql, params = _summed_rows(flt, vis)
     pairs = [pair for name in group_by for pair in GROUPS[name]]
     if bucket is not None:
         pairs.insert(0, (BUCKET_SQL[bucket], "bucket"))
     if not pairs:
-        totals = _totals(conn, where, params)
+        totals = _totals(conn, rows_sql, params)
         return totals, [totals]
     exprs = ", ".join(expr for expr, _ in pairs)
     outputs = ", ".join(f"{expr} AS {alias}" for expr, alias in pairs)
     names = "".join(", " + _GROUP_NAMES[name] for name in group_by if name in _GROUP_NAMES)
     order = ", ".join(f"g.{alias}" for _, alias in pairs)
     first = "g.bucket, " if bucket is not None else ""
-    query = (f"SELECT g.*{names} FROM (SELECT {outputs}, {_AGGREGATES} FROM {EVENTS} e WHERE {where}"
+    query = (f"SELECT g.*{names} FROM (SELECT {outputs}, {_AGGREGATES} FROM {rows_sql} e"
              f" GROUP BY {exprs}) g ORDER BY {first}g.requests DESC, {order} LIMIT %s")
     rows = conn.execute(query, [*params, max_rows + 1]).fetchall()
     if len(rows) > max_rows:  # some groups are left out: total them in SQL
-        return _totals(conn, where, params), rows
+        return _totals(conn, rows_sql, params), rows
     return sum_counters(rows), rows
 
 
-def _totals(conn: Connection[Any], where: str, params: list[Any]) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {_AGGREGATES} FROM {EVENTS} e WHERE {where}", params).fetchone()
+def _summed_rows(flt: UsageFilter, vis: Visibility) -> Where:
+    """The rows a sum reads for FLT as seen by VIS: the events kept, each counting one, and the hourly rows of the
+    folded ones (a folded hour is in a time range when the hour's start is)."""
+    where, params = event_where(flt, vis)
+    folded_where, folded_params = event_where(flt, vis, folded=True)
+    return (f"(SELECT {_SUMMED}, 1 AS n, ({_UNPRICED})::int AS unpriced FROM {EVENTS} e WHERE {where}"
+            f" UNION ALL SELECT {_SUMMED}, e.n, e.unpriced FROM {ROLLUPS} e WHERE {folded_where})",
+            [*params, *folded_params])
+
+
+def _totals(conn: Connection[Any], rows_sql: str, params: list[Any]) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {_AGGREGATES} FROM {rows_sql} e", params).fetchone()
     assert row is not None
     return row
 
 
-def event_where(flt: UsageFilter, vis: Visibility) -> Where:
-    """The WHERE clause (over alias `e`) and its parameters for FLT as seen by VIS."""
-    clauses, params = _visibility(vis)
+def event_where(flt: UsageFilter, vis: Visibility, *, folded: bool = False) -> Where:
+    """The WHERE clause (over alias `e`) and its parameters for FLT as seen by VIS; over the rollup rows when
+    FOLDED (which carry their attribution themselves)."""
+    clauses, params = _visibility(vis, folded)
     simple = (("e.source = %s", flt.source), ("e.created_at >= %s", flt.from_), ("e.created_at < %s", flt.to),
               ("e.model_requested = %s", flt.model),
               ("e.batch_id = %s", flt.batch_id), ("e.error_code = %s", flt.error_code))
@@ -146,7 +165,7 @@ def event_where(flt: UsageFilter, vis: Visibility) -> Where:
             clauses.append(clause)
             params.append(value)
     if flt.credential is not None:
-        clause, values = _attributed("a.credential_id = %s", [flt.credential])
+        clause, values = _attributed("a.credential_id = %s", [flt.credential], folded)
         clauses.append(clause)
         params += values
     if flt.status is not None:
@@ -170,25 +189,27 @@ def event_where(flt: UsageFilter, vis: Visibility) -> Where:
     return " AND ".join(clauses) or "true", params
 
 
-def _visibility(vis: Visibility) -> tuple[list[str], list[Any]]:
+def _visibility(vis: Visibility, folded: bool) -> tuple[list[str], list[Any]]:
     if vis.admin:
         return [], []
     if vis.relay_key_hash is not None:
         clause, params = _attributed("a.credential_kind = 'relay_key' AND a.credential_id = %s"
-                                     " AND a.relay_key_hash = %s", [vis.credential_id, vis.relay_key_hash])
+                                     " AND a.relay_key_hash = %s", [vis.credential_id, vis.relay_key_hash], folded)
         return [clause], params
     if vis.user_id is not None:
         clause, params = _attributed("a.credential_kind = 'inference_token' AND a.principal_kind = 'user'"
-                                     " AND a.principal_id = %s", [vis.user_id])
+                                     " AND a.principal_id = %s", [vis.user_id], folded)
         return [clause], params
     return ["false"], []  # a reader with no identity sees nothing
 
 
-def _attributed(clause: str, params: list[Any]) -> Where:
+def _attributed(clause: str, params: list[Any], folded: bool = False) -> Where:
     """CLAUSE (over alias `a`: attribution columns, named alike in usage_events and usage_batch_shared) holds for
     the event's own attribution or its batch's: the events that carry theirs are found through the table's own
     indexes (usage_events_credential, usage_events_principal), the others through their batches' shared rows (the
-    view's CASE columns would hide both from the planner)."""
+    view's CASE columns would hide both from the planner). A rollup row (FOLDED) carries its own."""
+    if folded:
+        return f"({clause.replace('a.', 'e.')})", params
     return (f"e.id IN (SELECT a.id FROM usage_events a WHERE a.shared IS NULL AND {clause} UNION ALL"
             f" SELECT u.id FROM usage_batch_shared a JOIN usage_events u ON u.batch_id = a.batch_id"
             f" WHERE u.shared IS NOT NULL AND {clause})", [*params, *params])

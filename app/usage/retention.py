@@ -1,0 +1,89 @@
+"""Usage retention for operators (`relay usage purge`): the events created before a cutoff are folded into hourly
+sums (usage_rollups, migration 0032) and deleted, so that a database keeps a bounded window of events however long
+it runs. Summaries count the sums with the events (app/usage/store.py): their totals do not change. The events
+list and export show only the events still kept.
+
+A batch's events are folded only once the batch is gone (deleted, or `relay batches purge`): a batch that exists
+keeps its items' events, which its own usage and its items' statuses are read from.
+
+Each hour is folded in one statement: the events it deletes are exactly the ones it sums (a data-modifying WITH
+reads the snapshot its statement started with), so an event written meanwhile is neither lost nor counted twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import Connection
+from psycopg_pool import ConnectionPool
+
+Conn = Connection[Any]
+
+FOLDED = "(e.batch_id IS NULL OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = e.batch_id))"
+KEY = ("source", "status", "error_code", "model_requested", "host_id", "host_name", "credential_kind",
+       "credential_id", "relay_key_hash", "principal_kind", "principal_id", "policy_id", "project_id", "team_id",
+       "batch_id")
+_FOLD = f"""
+WITH gone AS (
+    DELETE FROM usage_events e WHERE e.created_at >= %(start)s AND e.created_at < %(end)s AND {FOLDED}
+    RETURNING e.id
+), summed AS (
+    INSERT INTO usage_rollups (hour, {", ".join(KEY)}, requests, input_tokens, output_tokens, cached_tokens,
+                               cost_nanos, unpriced)
+    SELECT date_trunc('hour', f.created_at, 'UTC'), {", ".join("f." + k for k in KEY)}, count(*),
+           sum(f.input_tokens), sum(f.output_tokens), sum(f.cached_tokens), sum(f.cost_nanos),
+           count(*) FILTER (WHERE f.cost_nanos IS NULL AND f.status < 400 AND f.error_code IS NULL)
+    FROM usage_events_full f WHERE f.id IN (SELECT id FROM gone)
+    GROUP BY 1, {", ".join("f." + k for k in KEY)}
+    RETURNING batch_id
+)
+SELECT (SELECT count(*) FROM gone) AS events, (SELECT count(*) FROM summed) AS rows,
+       ARRAY(SELECT DISTINCT batch_id FROM summed WHERE batch_id IS NOT NULL) AS batch_ids
+"""
+# A purged batch's shared row (migration 0030) once none of its events is left.
+_DROP_SHARED = ("DELETE FROM usage_batch_shared s WHERE s.batch_id = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM usage_events e WHERE e.batch_id = s.batch_id)")
+_NEXT = "SELECT min(created_at) FROM usage_events WHERE created_at >= %s AND created_at < %s"
+
+
+@dataclass
+class FoldReport:
+    """What a purge folded (or, with dry_run, would fold)."""
+
+    events: int = 0
+    rows: int = 0  # hourly rows written
+
+
+def purge_usage(pool: ConnectionPool[Conn], before: datetime, *, dry_run: bool = False) -> FoldReport:
+    """Fold every event created before BEFORE (but those of batches that still exist) into hourly sums, an hour
+    (of events) a transaction."""
+    report = FoldReport()
+    if dry_run:
+        with pool.connection() as conn:
+            row = conn.execute(f"SELECT count(*) AS n FROM usage_events e WHERE e.created_at < %s AND {FOLDED}",
+                               (before,)).fetchone()
+        report.events = int(row["n"]) if row else 0
+        return report
+    after = datetime.min.replace(tzinfo=before.tzinfo)
+    while True:
+        with pool.connection() as conn:
+            start = _next_event(conn, after, before)
+            if start is None:
+                return report
+            end = min(start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), before)
+            with conn.transaction():
+                folded = conn.execute(_FOLD, {"start": start, "end": end}).fetchone()
+                assert folded is not None
+                if folded["batch_ids"]:
+                    conn.execute(_DROP_SHARED, (folded["batch_ids"],))
+        report.events += int(folded["events"])
+        report.rows += int(folded["rows"])
+        after = end
+
+
+def _next_event(conn: Conn, after: datetime, before: datetime) -> datetime | None:
+    """The time of the first event at or after AFTER and before BEFORE (None: no such event)."""
+    row = conn.execute(_NEXT, (after, before)).fetchone()
+    return row["min"] if row else None
