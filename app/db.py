@@ -138,6 +138,19 @@ def autocommit(pool: ConnectionPool, timeout: float | None = None) -> Iterator[p
                 conn.autocommit = False
 
 
+def vacuum_for_reuse(pool: ConnectionPool, tables: Sequence[str]) -> None:
+    """VACUUM TABLES (constant names) after a purge deleted many of their rows, so that the next writes reuse the
+    space instead of growing the files. Twice, with a transaction that takes a transaction id between the two: an
+    index page the first pass empties is reusable only once the transaction ids have moved past its deletion, and
+    only a later pass records it as free (PostgreSQL's B-tree page recycling). A plain VACUUM takes no lock that
+    stops reads or writes. Autovacuum would come to it too, but only once a fifth of a table is dead by default,
+    which a daily purge of a month's window never is."""
+    with autocommit(pool) as conn:
+        conn.execute(f"VACUUM {', '.join(tables)}")
+        conn.execute("SELECT pg_current_xact_id()")
+        conn.execute(f"VACUUM {', '.join(tables)}")
+
+
 Statement = tuple[str, Sequence[Any]]  # one data-modifying SQL statement (%s placeholders) and its parameters
 
 

@@ -12,10 +12,13 @@ from datetime import datetime
 from uuid import UUID
 
 from app.batches import lifecycle, retention_store, store
+from app.db import vacuum_for_reuse
 from app.payload_backends import payload_store
 from app.runtime import Runtime
 
 PURGE_CHUNK = 20  # batches deleted per transaction (their items go with them)
+# What deleting a batch deletes rows from (its progress, usage sums and files go by ON DELETE CASCADE)
+VACUUMED = ("batches", "batch_items", "batch_progress", "batch_usage", "files")
 STRAY_GRACE_S = 3600.0  # a folder without a batch row is left alone this long: its submit may still be committing
 
 
@@ -29,8 +32,11 @@ class PurgeReport:
     left_behind: int = 0  # folders that could not be removed (the next purge tries again)
 
 
-def purge_batches(runtime: Runtime, finished_before: datetime, *, dry_run: bool = False) -> PurgeReport:
-    """Delete the batches finished before FINISHED_BEFORE, then the folders of batches that no longer exist."""
+def purge_batches(runtime: Runtime, finished_before: datetime, *, dry_run: bool = False,
+                  vacuum: bool = True) -> PurgeReport:
+    """Delete the batches finished before FINISHED_BEFORE, vacuum their tables for the next batches to reuse the
+    space (when VACUUM says so and something was deleted: app.db.vacuum_for_reuse), then remove the folders of
+    batches that no longer exist."""
     report = PurgeReport()
     with runtime.pool.connection() as conn:
         lifecycle.finish_batches(conn)  # settled batches nobody read since get their finished_at first
@@ -39,6 +45,8 @@ def purge_batches(runtime: Runtime, finished_before: datetime, *, dry_run: bool 
             report.batches, report.items = int(counts["batches"]), int(counts["items"])
     if not dry_run:
         _delete_finished(runtime, finished_before, report)
+        if vacuum and report.batches:
+            vacuum_for_reuse(runtime.pool, VACUUMED)
     cutoff = min(finished_before.timestamp(), time.time() - STRAY_GRACE_S)
     for batch_id in _stray_batches(runtime, cutoff):
         report.stray_folders += 1

@@ -18,7 +18,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     plug_into_engine()  # a batch that ends here gets its webhook event
     with cli_runtime() as runtime:
-        report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run)
+        report = purge_batches(runtime, args.finished_before, dry_run=args.dry_run, vacuum=args.vacuum)
     verb = "would purge" if args.dry_run else "purged"
     print(f"{verb} {report.batches} batches ({report.items} items) finished before"
           f" {args.finished_before.isoformat()}; {'would remove' if args.dry_run else 'removed'}"

@@ -110,6 +110,8 @@ def register(sub: Any) -> None:
     p.add_argument("--finished-before", required=True, type=cutoff, metavar="DATE",
                    help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 30d")
     p.add_argument("--dry-run", action="store_true", help="count what would be purged; delete nothing")
+    p.add_argument("--no-vacuum", dest="vacuum", action="store_false",
+                   help="leave the tables to autovacuum instead of vacuuming them after the purge")
     p.set_defaults(func=cmd_purge)
 
 

@@ -18,6 +18,8 @@ def register(sub: Any) -> None:
     p.add_argument("--before", required=True, type=cutoff, metavar="DATE",
                    help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 90d")
     p.add_argument("--dry-run", action="store_true", help="count what would be folded; change nothing")
+    p.add_argument("--no-vacuum", dest="vacuum", action="store_false",
+                   help="leave the tables to autovacuum instead of vacuuming them after the fold")
     p.set_defaults(func=cmd_purge)
 
 
@@ -32,7 +34,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
             print(f"relay: the database lacks migrations {', '.join(map(str, pending))}: run `relay migrate` first"
                   " (`relay api` and `relay worker` apply them when they start)", file=sys.stderr)
             return 2
-        report = purge_usage(runtime.pool, args.before, dry_run=args.dry_run)
+        report = purge_usage(runtime.pool, args.before, dry_run=args.dry_run, vacuum=args.vacuum)
     if args.dry_run:
         print(f"would fold {report.events} usage events created before {args.before.isoformat()}")
     else:

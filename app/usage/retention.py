@@ -19,6 +19,8 @@ from typing import Any
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
+from app.db import vacuum_for_reuse
+
 Conn = Connection[Any]
 
 FOLDED = "(e.batch_id IS NULL OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = e.batch_id))"
@@ -46,6 +48,7 @@ SELECT (SELECT count(*) FROM gone) AS events, (SELECT count(*) FROM summed) AS r
 _DROP_SHARED = ("DELETE FROM usage_batch_shared s WHERE s.batch_id = ANY(%s)"
                 " AND NOT EXISTS (SELECT 1 FROM usage_events e WHERE e.batch_id = s.batch_id)")
 _NEXT = "SELECT min(created_at) FROM usage_events WHERE created_at >= %s AND created_at < %s"
+VACUUMED = ("usage_events", "usage_batch_shared", "usage_rollups")  # what a fold deletes from or adds to
 
 
 @dataclass
@@ -56,9 +59,11 @@ class FoldReport:
     rows: int = 0  # hourly rows written
 
 
-def purge_usage(pool: ConnectionPool[Conn], before: datetime, *, dry_run: bool = False) -> FoldReport:
+def purge_usage(pool: ConnectionPool[Conn], before: datetime, *, dry_run: bool = False,
+                vacuum: bool = True) -> FoldReport:
     """Fold every event created before BEFORE (but those of batches that still exist) into hourly sums, an hour
-    (of events) a transaction."""
+    (of events) a transaction; then, when something was folded and VACUUM says so, vacuum the tables for the next
+    events to reuse their space (app.db.vacuum_for_reuse)."""
     report = FoldReport()
     if dry_run:
         with pool.connection() as conn:
@@ -70,8 +75,11 @@ def purge_usage(pool: ConnectionPool[Conn], before: datetime, *, dry_run: bool =
     while True:
         with pool.connection() as conn:
             start = _next_event(conn, after, before)
-            if start is None:
-                return report
+        if start is None:
+            if vacuum and report.events:
+                vacuum_for_reuse(pool, VACUUMED)
+            return report
+        with pool.connection() as conn:
             end = min(start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), before)
             with conn.transaction():
                 folded = conn.execute(_FOLD, {"start": start, "end": end}).fetchone()

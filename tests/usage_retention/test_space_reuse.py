@@ -1,0 +1,53 @@
+"""After `relay usage purge` folds events, the next events reuse the space they held (the purge vacuums the tables
+twice, app.db.vacuum_for_reuse): neither the table nor any of its indexes grows by more than a tenth of what the
+folded events took. Without the vacuum, every index grows by the whole of it (checked by hand)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from app.usage.retention import purge_usage
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 20_000
+FOLDED_AT = datetime(2017, 1, 1, tzinfo=UTC)  # before test_retention.py's window: its cutoff folds none of these
+CUTOFF = datetime(2017, 12, 31, tzinfo=UTC)
+KEPT_AT = datetime(2019, 1, 1, tzinfo=UTC)  # after every cutoff of this folder: these stay
+
+
+def copy_events(runtime: Any, start: datetime) -> None:
+    credential = uuid.uuid4()
+    with runtime.pool.connection() as conn, conn.cursor() as cur, cur.copy(
+            "COPY usage_events (request_id, source, created_at, started_at, status, credential_kind, credential_id,"
+            " relay_key_hash, model_requested, input_tokens, cost_nanos) FROM STDIN") as copy:
+        for i in range(EVENTS):
+            at = start + timedelta(seconds=i)
+            copy.write_row((f"reuse-{uuid.uuid4().hex}", "live", at, at, 200, "relay_key", credential,
+                            b"\x00" * 32, "m-reuse", i, i * 7))
+
+
+def sizes(runtime: Any) -> dict[str, int]:
+    """usage_events and each of its indexes → bytes on disk."""
+    with runtime.pool.connection() as conn:
+        rows = conn.execute("SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.oid ="
+                            " 'usage_events'::regclass OR c.oid IN (SELECT indexrelid FROM pg_index"
+                            " WHERE indrelid = 'usage_events'::regclass)").fetchall()
+    return {r["relname"]: int(r["pg_relation_size"]) for r in rows}
+
+
+def test_the_events_after_a_purge_reuse_the_space_of_the_folded_ones(runtime) -> None:
+    before = sizes(runtime)
+    copy_events(runtime, FOLDED_AT)
+    middle = sizes(runtime)
+    assert purge_usage(runtime.pool, CUTOFF).events >= EVENTS
+    copy_events(runtime, KEPT_AT)
+    end = sizes(runtime)
+    assert middle["usage_events"] - before["usage_events"] > EVENTS * 100  # the table, at least
+    for name in before:  # the table and each index (the batch-item and principal ones take no live key event)
+        took, grew = middle[name] - before[name], end[name] - middle[name]
+        assert grew <= took / 10 + 16384, (name, took, grew)  # a tenth, and two pages of slack
