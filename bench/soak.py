@@ -1,7 +1,9 @@
 """The soak: SOAK_BATCHES batches of SOAK_ITEMS items through `relay worker`'s default settings, the upstream
 answering in SOAK_LATENCY_MS: items/s per tenth of the run, the API's and the workers' RSS over time, Postgres's
-bytes per retained item (tables, indexes, TOAST; the cluster's WAL), then `relay batches purge` of the first half
-and what the second half grows the database by (does it reuse the space the purge freed?).
+bytes per retained item (tables, indexes, TOAST; the cluster's WAL), then the retention an operator runs with the
+same window for batches and usage (`relay batches purge` of the first half, `relay usage purge` of its usage
+events, folded into hourly sums) and what the second half grows the database by (does it reuse the space the
+purges freed?).
 
 Sized by `python -m bench --only soak --soak 10x100000` (the issue's million); `--soak 2x20000` fits a busy machine.
 """
@@ -23,7 +25,9 @@ from bench.sizes import Sizes
 from devtools.processes import RELAY, ROOT
 
 SAMPLE_S = 0.5
-PURGED_TABLES = ("batch_items", "batches", "batch_progress", "batch_usage")  # what the purge deletes rows from
+# What the purges delete rows from (usage events are folded into usage_rollups' hourly sums)
+PURGED_TABLES = ("batch_items", "batches", "batch_progress", "batch_usage", "usage_events", "usage_batch_shared")
+VACUUMED = ("batch_items", "usage_events")  # the two large ones: their space is reused once autovacuum visits
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,11 @@ def soak(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     middle, wal = table_sizes(env.conn), wal_bytes(env.conn, lsn)
     retained = half * sizes.soak_items
     _record_sizes(env, results, growth(middle, start), retained, wal)
-    _purge(env, _db_now(env))
-    _wait_vacuum(env, _db_now(env), sizes.soak_vacuum_wait_s, results)
+    purged_at = _db_now(env)
+    _purge(env, purged_at)
+    _wait_vacuum(env, purged_at, sizes.soak_vacuum_wait_s, results)
     second = _drain(env, sizes, body, sizes.soak_batches - half, samples)
-    _record_reuse(results, start, middle, table_sizes(env.conn))
+    _record_reuse(env, results, (start, middle, table_sizes(env.conn)), (sizes.soak_batches - half) * sizes.soak_items)
     _record_tenths(results, samples, sizes.soak_batches * sizes.soak_items)
     for batch_id in first + second:
         env.forget_batch(batch_id)
@@ -99,27 +104,34 @@ def _rss(env: BenchEnv) -> tuple[int, int]:
 
 
 def _purge(env: BenchEnv, cutoff: datetime) -> None:
-    """`relay batches purge --finished-before CUTOFF`, as an operator runs it."""
-    done = subprocess.run([*RELAY, "batches", "purge", "--finished-before", cutoff.isoformat()], env=env.env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"relay batches purge failed: {done.stdout}{done.stderr}")
+    """`relay batches purge --finished-before CUTOFF`, then `relay usage purge --before CUTOFF`, as an operator
+    keeping one window of both runs them (the second folds the events of the batches the first deleted)."""
+    for command in (["batches", "purge", "--finished-before"], ["usage", "purge", "--before"]):
+        done = subprocess.run([*RELAY, *command, cutoff.isoformat()], env=env.env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=3600)
+        if done.returncode != 0:
+            raise RuntimeError(f"relay {' '.join(command[:2])} failed: {done.stdout}{done.stderr}")
 
 
 def _wait_vacuum(env: BenchEnv, since: datetime, wait_s: float, results: Results) -> None:
-    """Give autovacuum WAIT_S to visit batch_items after the purge ended at SINCE (the space it frees is reused only
-    then); a plain VACUUM of the purged tables when it did not (noted)."""
+    """Check that a vacuum visited batch_items and usage_events since the purges began at SINCE (the purges vacuum
+    what they deleted from, unless told not to; the space is reused only then), giving autovacuum WAIT_S when none
+    did; a plain VACUUM of the purged tables when autovacuum did not come either (noted)."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        row = env.conn.execute("SELECT last_autovacuum >= %s FROM pg_stat_user_tables WHERE relname = 'batch_items'",
-                               (since,)).fetchone()
+    while True:
+        row = env.conn.execute("SELECT bool_and(coalesce(greatest(last_vacuum, last_autovacuum) >= %s, false)),"
+                               " bool_and(coalesce(last_vacuum >= %s, false)) FROM pg_stat_user_tables"
+                               " WHERE relname = ANY(%s)", (since, since, list(VACUUMED))).fetchone()
         if row and row[0]:
-            results.notes.append("soak: autovacuum visited batch_items after the purge")
+            who = "the purges" if row[1] else "autovacuum"
+            results.notes.append(f"soak: {who} vacuumed {' and '.join(VACUUMED)} after the purges began")
             return
+        if time.monotonic() >= deadline:
+            break
         time.sleep(1)
     env.conn.execute(f"VACUUM {', '.join(PURGED_TABLES)}")
-    results.notes.append(f"soak: autovacuum had not visited batch_items {wait_s:.0f} s after the purge; the soak ran"
-                         f" a plain VACUUM of {', '.join(PURGED_TABLES)}")
+    results.notes.append(f"soak: autovacuum had not visited {' and '.join(VACUUMED)} {wait_s:.0f} s after the purges;"
+                         f" the soak ran a plain VACUUM of {', '.join(PURGED_TABLES)}")
 
 
 def _record_sizes(env: BenchEnv, results: Results, grown: dict[str, TableSize], items: int, wal: int) -> None:
@@ -138,15 +150,20 @@ def _record_sizes(env: BenchEnv, results: Results, grown: dict[str, TableSize], 
         results.notes.append(f"soak: {table} indexes per item: {each}")
 
 
-def _record_reuse(results: Results, start: dict[str, TableSize], middle: dict[str, TableSize],
-                  end: dict[str, TableSize]) -> None:
-    """What the database grew by from before the purge to the end (the purge and the second half) against what the
-    first half grew it by: near 0 when the second half lives in the space the purge freed. All tables, and the
-    purged ones (the purge keeps usage events)."""
+def _record_reuse(env: BenchEnv, results: Results, samples: tuple[dict[str, TableSize], ...], items: int) -> None:
+    """What the database grew by from before the purge to the end (the purge and the second half of ITEMS items)
+    against what the first half grew it by: near 0 when the second half lives in the space the purges freed. All
+    tables, and the purged ones; in the notes, each table's share and the large tables' indexes at the end."""
+    start, middle, end = samples
     for scope, names in (("all tables", None), ("the purged tables", PURGED_TABLES)):
         first, second = _total(growth(middle, start), names), _total(growth(end, middle), names)
         results.add("soak", f"purge, then second half: growth ÷ first half's growth, {scope}",
                     second / first if first else 0.0, "x", target=("<=", 0.1) if names is None else None)
+    results.notes.append(f"soak: growth per item of the second half, after the purges:\n"
+                         f"{report(growth(end, middle), items)}")
+    for table in VACUUMED:
+        each = ", ".join(f"{name} {size / items:.0f} B" for name, size in index_sizes(env.conn, table).items())
+        results.notes.append(f"soak: {table} indexes at the end, per item of one half: {each}")
 
 
 def _total(sizes: dict[str, TableSize], names: tuple[str, ...] | None) -> int:
