@@ -70,7 +70,8 @@ def _documented(summary: str) -> Any:
 @blp.route("/events")
 @blp.arguments(EventListArgs, location="query", as_kwargs=False, unknown=RAISE, error_status_code=400)
 @blp.response(200, EventPageSchema)
-@_documented("Usage events, newest first, one page at a time (follow next_cursor)")
+@_documented("Usage events, newest first, one page at a time (follow next_cursor); events folded by"
+             " `relay usage purge` are counted by the summary only")
 def list_usage_events(args: dict[str, Any]) -> dict[str, Any]:
     vis: Visibility = g.usage_visibility
     after = EventCursor.decode(args["cursor"]) if "cursor" in args else None
@@ -86,7 +87,8 @@ def list_usage_events(args: dict[str, Any]) -> dict[str, Any]:
 @blp.route("/summary")
 @blp.arguments(SummaryArgs, location="query", as_kwargs=False, unknown=RAISE, error_status_code=400)
 @blp.response(200, SummarySchema)
-@_documented("Requests, errors, tokens and cost, grouped and bucketed; totals exact to the nano-dollar")
+@_documented("Requests, errors, tokens and cost, grouped and bucketed; totals exact to the nano-dollar, events"
+             " folded into hourly sums by `relay usage purge` included")
 def usage_summary(args: dict[str, Any]) -> dict[str, Any]:
     vis: Visibility = g.usage_visibility
     group_by, bucket = args["group_by"], args.get("bucket")
