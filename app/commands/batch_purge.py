@@ -30,6 +30,16 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def purge_arguments(p: argparse.ArgumentParser, date_flag: str, done: str) -> None:
+    """What both purges (`relay batches purge`, `relay usage purge`) take: the cutoff as DATE_FLAG, --dry-run
+    (counting what would be DONE) and --no-vacuum."""
+    p.add_argument(date_flag, required=True, type=cutoff, metavar="DATE",
+                   help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 30d")
+    p.add_argument("--dry-run", action="store_true", help=f"count what would be {done}; change nothing")
+    p.add_argument("--no-vacuum", dest="vacuum", action="store_false",
+                   help="leave the tables to autovacuum instead of vacuuming them afterwards")
+
+
 def cutoff(text: str) -> datetime:
     """`2026-01-31`, `2026-01-31T12:00:00+02:00` (no zone: UTC), or an age such as `30d` (that long ago)."""
     try:

@@ -28,7 +28,7 @@ from app.commands.batch_input import (
     check_openai_options,
     read_requests,
 )
-from app.commands.batch_purge import cmd_purge, cutoff
+from app.commands.batch_purge import cmd_purge, purge_arguments
 from app.commands.batch_views import batch_state, batch_summary, batches_table, items_table
 from app.commands.batch_wait import interrupted, wait_for
 from app.commands.output import print_json
@@ -106,12 +106,8 @@ def register(sub: Any) -> None:
     p.add_argument("--search", help="a batch id, or text in the batches' metadata (any case)")
     p.set_defaults(func=cmd_list)
     p = cmds.add_parser("purge", help="(operators, on the database) delete every batch finished before a date,"
-                                      " with its payload files; usage events stay")
-    p.add_argument("--finished-before", required=True, type=cutoff, metavar="DATE",
-                   help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 30d")
-    p.add_argument("--dry-run", action="store_true", help="count what would be purged; delete nothing")
-    p.add_argument("--no-vacuum", dest="vacuum", action="store_false",
-                   help="leave the tables to autovacuum instead of vacuuming them after the purge")
+                                      " with its payload files; usage events stay (`relay usage purge` folds them)")
+    purge_arguments(p, "--finished-before", "purged")
     p.set_defaults(func=cmd_purge)
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from app.commands.batch_purge import cutoff
+from app.commands.batch_purge import purge_arguments
 
 
 def register(sub: Any) -> None:
@@ -15,11 +15,7 @@ def register(sub: Any) -> None:
     cmds = usage.add_subparsers(dest="usage_command", required=True, metavar="COMMAND")
     p = cmds.add_parser("purge", help="fold the usage events created before a date into hourly sums, which summaries"
                                       " still count; a batch's events wait until the batch is purged or deleted")
-    p.add_argument("--before", required=True, type=cutoff, metavar="DATE",
-                   help="an RFC 3339 date or time (UTC unless it says otherwise), or an age such as 90d")
-    p.add_argument("--dry-run", action="store_true", help="count what would be folded; change nothing")
-    p.add_argument("--no-vacuum", dest="vacuum", action="store_false",
-                   help="leave the tables to autovacuum instead of vacuuming them after the fold")
+    purge_arguments(p, "--before", "folded")
     p.set_defaults(func=cmd_purge)
 
 
