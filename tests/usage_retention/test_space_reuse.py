@@ -18,10 +18,14 @@ EVENTS = 20_000
 FOLDED_AT = datetime(2017, 1, 1, tzinfo=UTC)  # before test_retention.py's window: its cutoff folds none of these
 CUTOFF = datetime(2017, 12, 31, tzinfo=UTC)
 KEPT_AT = datetime(2019, 1, 1, tzinfo=UTC)  # after every cutoff of this folder: these stay
+# The credentials of the two sets, above every random one: each set's entries go at the right end of the credential
+# index, as the first set's did. (A set whose key falls amid other keys splits its pages in halves instead of
+# filling them: that index would grow twice over whatever space was freed.)
+FOLDED_KEY = uuid.UUID("ffffffff-ffff-4fff-bfff-fffffffff001")
+KEPT_KEY = uuid.UUID("ffffffff-ffff-4fff-bfff-fffffffff002")
 
 
-def copy_events(runtime: Any, start: datetime) -> None:
-    credential = uuid.uuid4()
+def copy_events(runtime: Any, start: datetime, credential: uuid.UUID) -> None:
     with runtime.pool.connection() as conn, conn.cursor() as cur, cur.copy(
             "COPY usage_events (request_id, source, created_at, started_at, status, credential_kind, credential_id,"
             " relay_key_hash, model_requested, input_tokens, cost_nanos) FROM STDIN") as copy:
@@ -42,10 +46,10 @@ def sizes(runtime: Any) -> dict[str, int]:
 
 def test_the_events_after_a_purge_reuse_the_space_of_the_folded_ones(runtime) -> None:
     before = sizes(runtime)
-    copy_events(runtime, FOLDED_AT)
+    copy_events(runtime, FOLDED_AT, FOLDED_KEY)
     middle = sizes(runtime)
     assert purge_usage(runtime.pool, CUTOFF).events >= EVENTS
-    copy_events(runtime, KEPT_AT)
+    copy_events(runtime, KEPT_AT, KEPT_KEY)
     end = sizes(runtime)
     assert middle["usage_events"] - before["usage_events"] > EVENTS * 100  # the table, at least
     for name in before:  # the table and each index (the batch-item and principal ones take no live key event)
