@@ -5,6 +5,7 @@ lost nor counted twice: each fold deletes exactly the events it sums, in one sta
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +16,8 @@ from app.usage.retention import purge_usage
 pytestmark = pytest.mark.integration
 
 HOUR = datetime(2016, 1, 1, tzinfo=UTC)  # before every other window of this folder
-FOLDS = 40
+FOLDS = 40  # at least this many folds ...
+WRITES = 200  # ... and until the writer has written this many events beside them (60 s at most: only a hang fails)
 
 
 def test_events_written_while_their_hour_is_folded_are_neither_lost_nor_counted_twice(runtime) -> None:
@@ -40,15 +42,17 @@ def test_events_written_while_their_hour_is_folded_are_neither_lost_nor_counted_
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    folded = 0
+    folded = folds = 0
+    deadline = time.monotonic() + 60
     try:
-        for _ in range(FOLDS):
+        while (folds < FOLDS or written["events"] < WRITES) and time.monotonic() < deadline:
             folded += purge_usage(runtime.pool, HOUR + timedelta(hours=1), vacuum=False).events
+            folds += 1
     finally:
         stop.set()
         writer.join(60)
     folded += purge_usage(runtime.pool, HOUR + timedelta(hours=1), vacuum=False).events
-    assert written["events"] > FOLDS  # the writer ran while the folds did
+    assert written["events"] >= WRITES  # the writer ran while the folds did
     with runtime.pool.connection() as conn:
         left = conn.execute("SELECT count(*) AS n FROM usage_events WHERE created_at >= %s AND created_at < %s",
                             (HOUR, HOUR + timedelta(hours=1))).fetchone()
