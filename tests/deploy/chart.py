@@ -34,7 +34,8 @@ CATALOG = {"hosts": [{"name": "openai", "base_url": "https://api.openai.com",
                                                             "upstream_model": "gpt-4o-mini"}]}],
            "policies": [{"name": "default", "models": ["*"], "key_pool": ["openai-1"]}]}
 EVERYTHING = {**SHARED, "ingress": {"enabled": True, "className": "nginx"}, "serviceMonitor": {"enabled": True},
-              "catalog": {"enabled": True, "spec": CATALOG}, "config": {"queueType": "quorum"}}
+              "catalog": {"enabled": True, "spec": CATALOG}, "config": {"queueType": "quorum"},
+              "retention": {"enabled": True}}
 def merged(*layers: dict[str, Any]) -> dict[str, Any]:
     """Values layered like repeated -f files: later maps win key by key."""
     out: dict[str, Any] = {}
@@ -94,7 +95,9 @@ def lint(values: dict[str, Any]) -> list[Any]:
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+    """The pod spec of a Deployment, a Job or a CronJob."""
+    spec = obj["spec"]["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else obj["spec"]
+    return spec["template"]["spec"]  # type: ignore[no-any-return]
 
 
 def container(obj: dict[str, Any], name: str) -> dict[str, Any]:

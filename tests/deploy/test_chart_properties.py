@@ -269,3 +269,32 @@ def test_the_chart_lints_without_a_helm_binary_on_the_path(monkeypatch) -> None:
     """The SDK runs Helm's Go code from the library its wheel bundles; nothing is looked up on PATH."""
     monkeypatch.setenv("PATH", "/nonexistent")
     assert helm.lint(CHART, BASE, strict=True)["errors"] == []
+
+
+def test_retention_runs_the_batches_purge_then_the_usage_purge_on_its_schedule_with_the_payloads() -> None:
+    cron = render(merged(BASE, SHARED, {"retention": {"enabled": True, "schedule": "5 4 * * *"}})).named(
+        "CronJob", "-retention")
+    assert (cron["spec"]["schedule"], cron["spec"]["concurrencyPolicy"]) == ("5 4 * * *", "Forbid")
+    spec = pod_spec(cron)
+    [first], [then] = spec["initContainers"], spec["containers"]  # an init container ends before the next starts
+    assert first["command"] == ["relay", "batches", "purge", "--finished-before", "30d"]
+    assert then["command"] == ["relay", "usage", "purge", "--before", "90d"]
+    mounts = {m["name"]: m["mountPath"] for m in first["volumeMounts"]}
+    assert mounts["payloads"] == env_of(first)["RELAY_BATCH_PAYLOAD_DIR"]
+    [volume] = spec["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == payload_claim(render(merged(BASE, SHARED)).named(
+        "Deployment", "-worker"))
+    assert "volumeMounts" not in then  # the usage purge runs on the database alone
+
+
+def test_retention_of_usage_alone_needs_no_payloads_and_purging_batches_needs_payloads_every_pod_sees() -> None:
+    spec = pod_spec(render(merged(BASE, {"retention": {"enabled": True, "batchesFinishedBefore": ""}})).named(
+        "CronJob", "-retention"))
+    [only] = spec["containers"]
+    assert only["command"] == ["relay", "usage", "purge", "--before", "90d"]
+    assert "initContainers" not in spec and "volumes" not in spec
+    with pytest.raises(Exception, match="needs payloads every pod sees"):
+        render(merged(BASE, {"retention": {"enabled": True}}))  # a pod-local payload directory
+    with pytest.raises(Exception, match=r"needs retention\.batchesFinishedBefore or retention\.usageBefore"):
+        render(merged(BASE, S3, {"retention": {"enabled": True, "batchesFinishedBefore": "", "usageBefore": ""}}))
+    assert not render(BASE).of_kind("CronJob")  # off by default

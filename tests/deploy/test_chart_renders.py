@@ -55,6 +55,8 @@ def test_a_validation_error_is_really_raised_for_a_broken_manifest() -> None:
     {"ingress": {"hosts": "relay.example.com"}},
     {"config": {"extraEnv": {"RELAY_BATCH_MAX_ITEMS": 50000}}},
     {"replicaCount": 3},
+    {"retention": {"usageBefore": "2026-01-31"}},  # an age only: a fixed date would purge nothing after a while
+    {"retention": {"schedule": ""}},
 ], ids=repr)
 def test_values_of_the_wrong_type_or_shape_are_rejected_by_the_schema(bad: dict[str, Any]) -> None:
     values = merged(BASE, bad)
@@ -75,9 +77,9 @@ def test_every_container_runs_a_relay_command_the_cli_accepts_with_settings_it_a
     secret_values = {"RELAY_DATABASE_URL": "postgresql://u@h/db", "RELAY_BROKER_URL": "amqp://u@h/v",
                      "RELAY_ADMIN_TOKEN": "a" * 16, "RELAY_SECRET_KEY": "s" * 16}
     for obj in render(VALUE_SETS[name]).objects:
-        if obj["kind"] not in ("Deployment", "Job"):
+        if obj["kind"] not in ("Deployment", "Job", "CronJob"):
             continue
-        for c in pod_spec(obj)["containers"]:
+        for c in pod_spec(obj)["containers"] + pod_spec(obj).get("initContainers", []):
             assert c["command"][0] == "relay"
             build_parser().parse_args(c["command"][1:])  # exits (SystemExit) on an unknown option
             env = {k: v for k, v in env_of(c).items() if isinstance(v, str)}

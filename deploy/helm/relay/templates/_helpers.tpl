@@ -230,3 +230,28 @@ helm.sh/hook: pre-install,pre-upgrade
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: {{ .deletePolicy | default "before-hook-creation,hook-succeeded" }}
 {{- end -}}
+
+{{/* A container of the retention CronJob (.root: the chart's context, .name, .command; .payloads: mount the payload
+directory). */}}
+{{- define "relay.retentionContainer" -}}
+{{- $root := .root -}}
+- name: {{ .name }}
+  image: {{ include "relay.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  command:
+    {{- toYaml .command | nindent 4 }}
+  env:
+    {{- include "relay.env" $root | trim | nindent 4 }}
+  {{- with $root.Values.retention.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $root.Values.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if .payloads }}
+  volumeMounts:
+    {{- include "relay.payloadMount" $root | nindent 4 }}
+  {{- end }}
+{{- end -}}
