@@ -54,7 +54,7 @@ def soak(env: BenchEnv, sizes: Sizes, repeat: int, results: Results) -> None:
     retained = half * sizes.soak_items
     _record_sizes(env, results, growth(middle, start), retained, wal)
     purged_at = _db_now(env)
-    _purge(env, purged_at)
+    _purge(env, purged_at, retained, results)
     _wait_vacuum(env, purged_at, sizes.soak_vacuum_wait_s, results)
     second = _drain(env, sizes, body, sizes.soak_batches - half, samples)
     _record_reuse(env, results, (start, middle, table_sizes(env.conn)), (sizes.soak_batches - half) * sizes.soak_items)
@@ -103,14 +103,18 @@ def _rss(env: BenchEnv) -> tuple[int, int]:
             sum(sysstat.memory_kb(pid, "VmRSS") for pid in workers))
 
 
-def _purge(env: BenchEnv, cutoff: datetime) -> None:
+def _purge(env: BenchEnv, cutoff: datetime, items: int, results: Results) -> None:
     """`relay batches purge --finished-before CUTOFF`, then `relay usage purge --before CUTOFF`, as an operator
-    keeping one window of both runs them (the second folds the events of the batches the first deleted)."""
+    keeping one window of both runs them (the second folds the events of the batches the first deleted); how long
+    each took for the first half's ITEMS items, its vacuums included."""
     for command in (["batches", "purge", "--finished-before"], ["usage", "purge", "--before"]):
+        started = time.monotonic()
         done = subprocess.run([*RELAY, *command, cutoff.isoformat()], env=env.env, cwd=ROOT, capture_output=True,
                               text=True, timeout=3600)
         if done.returncode != 0:
             raise RuntimeError(f"relay {' '.join(command[:2])} failed: {done.stdout}{done.stderr}")
+        results.add("soak", f"relay {' '.join(command[:2])} of the first half ({items:,} items), vacuums included",
+                    time.monotonic() - started, "s")
 
 
 def _wait_vacuum(env: BenchEnv, since: datetime, wait_s: float, results: Results) -> None:
