@@ -21,6 +21,7 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.usage.store import UNPRICED
 from schemas.batch_ids import parse_batch_id
 from schemas.batches import ITEM_STATES
 
@@ -107,12 +108,12 @@ def get_batch(conn: Conn, batch_id: UUID, owner: str | None = None) -> Row | Non
     return conn.execute(sql, params).fetchone()  # type: ignore[no-any-return]
 
 
-_SUM_USAGE = """
+_SUM_USAGE = f"""
 WITH fresh AS (
     INSERT INTO batch_usage (batch_id, input_tokens, output_tokens, cached_tokens, cost_nanos, unpriced)
     SELECT e.batch_id, coalesce(sum(e.input_tokens), 0), coalesce(sum(e.output_tokens), 0),
            coalesce(sum(e.cached_tokens), 0), sum(e.cost_nanos),
-           count(*) FILTER (WHERE e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL)
+           count(*) FILTER (WHERE {UNPRICED})
     FROM usage_events e WHERE e.batch_id IS NOT NULL
       AND e.batch_id = ANY(ARRAY(SELECT id FROM unnest(%(ids)s::uuid[]) AS t(id)
                                  WHERE NOT EXISTS (SELECT 1 FROM batch_usage u WHERE u.batch_id = t.id)))

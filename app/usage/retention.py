@@ -20,6 +20,7 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from app.db import vacuum_for_reuse
+from app.usage.store import EVENTS, UNPRICED
 
 Conn = Connection[Any]
 
@@ -34,11 +35,11 @@ WITH gone AS (
 ), summed AS (
     INSERT INTO usage_rollups (hour, {", ".join(KEY)}, requests, input_tokens, output_tokens, cached_tokens,
                                cost_nanos, unpriced)
-    SELECT date_trunc('hour', f.created_at, 'UTC'), {", ".join("f." + k for k in KEY)}, count(*),
-           sum(f.input_tokens), sum(f.output_tokens), sum(f.cached_tokens), sum(f.cost_nanos),
-           count(*) FILTER (WHERE f.cost_nanos IS NULL AND f.status < 400 AND f.error_code IS NULL)
-    FROM usage_events_full f WHERE f.id IN (SELECT id FROM gone)
-    GROUP BY 1, {", ".join("f." + k for k in KEY)}
+    SELECT date_trunc('hour', e.created_at, 'UTC'), {", ".join("e." + k for k in KEY)}, count(*),
+           sum(e.input_tokens), sum(e.output_tokens), sum(e.cached_tokens), sum(e.cost_nanos),
+           count(*) FILTER (WHERE {UNPRICED})
+    FROM {EVENTS} e WHERE e.id IN (SELECT id FROM gone)
+    GROUP BY 1, {", ".join("e." + k for k in KEY)}
     RETURNING batch_id
 )
 SELECT (SELECT count(*) FROM gone) AS events, (SELECT count(*) FROM summed) AS rows,
@@ -73,22 +74,20 @@ def purge_usage(pool: ConnectionPool[Conn], before: datetime, *, dry_run: bool =
         return report
     after = datetime.min.replace(tzinfo=before.tzinfo)
     while True:
-        with pool.connection() as conn:
+        with pool.connection() as conn:  # its transaction, committed as the connection goes back: one hour's fold
             start = _next_event(conn, after, before)
-        if start is None:
-            if vacuum and report.events:
-                vacuum_for_reuse(pool, VACUUMED)
-            return report
-        with pool.connection() as conn:
-            end = min(start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), before)
-            with conn.transaction():
-                folded = conn.execute(_FOLD, {"start": start, "end": end}).fetchone()
-                assert folded is not None
-                if folded["batch_ids"]:
-                    conn.execute(_DROP_SHARED, (folded["batch_ids"],))
+            if start is None:
+                break
+            after = min(start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), before)
+            folded = conn.execute(_FOLD, {"start": start, "end": after}).fetchone()
+            assert folded is not None
+            if folded["batch_ids"]:
+                conn.execute(_DROP_SHARED, (folded["batch_ids"],))
         report.events += int(folded["events"])
         report.rows += int(folded["rows"])
-        after = end
+    if vacuum and report.events:
+        vacuum_for_reuse(pool, VACUUMED)
+    return report
 
 
 def _next_event(conn: Conn, after: datetime, before: datetime) -> datetime | None:

@@ -26,7 +26,8 @@ ROLLUPS = "usage_rollup_rows"
 _SUMMED = ("e.source, e.created_at, e.status, e.error_code, e.model_requested, e.host_id, e.host_name,"
            " e.credential_kind, e.credential_id, e.principal_kind, e.principal_id, e.policy_id, e.project_id,"
            " e.team_id, e.batch_id, e.input_tokens, e.output_tokens, e.cached_tokens, e.cost_nanos")
-_UNPRICED = "e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL"
+# An event answered without a price (over alias `e`): summaries, the usage fold and a batch's usage count these.
+UNPRICED = "e.cost_nanos IS NULL AND e.status < 400 AND e.error_code IS NULL"
 
 _STATUS_RANGES = {"2xx": (200, 300), "3xx": (300, 400), "4xx": (400, 500), "5xx": (500, 600)}
 _NAMED_TABLES = {"policy": ("policy_id", "policies"), "project": ("project_id", "projects"),
@@ -142,7 +143,7 @@ def _summed_rows(flt: UsageFilter, vis: Visibility) -> Where:
     folded ones (a folded hour is in a time range when the hour's start is)."""
     where, params = event_where(flt, vis)
     folded_where, folded_params = event_where(flt, vis, folded=True)
-    return (f"(SELECT {_SUMMED}, 1 AS n, ({_UNPRICED})::int AS unpriced FROM {EVENTS} e WHERE {where}"
+    return (f"(SELECT {_SUMMED}, 1 AS n, ({UNPRICED})::int AS unpriced FROM {EVENTS} e WHERE {where}"
             f" UNION ALL SELECT {_SUMMED}, e.n, e.unpriced FROM {ROLLUPS} e WHERE {folded_where})",
             [*params, *folded_params])
 
