@@ -138,17 +138,36 @@ def autocommit(pool: ConnectionPool, timeout: float | None = None) -> Iterator[p
                 conn.autocommit = False
 
 
+# Sessions whose snapshot or transaction began before transaction id %s: while one runs, a page deleted before that
+# id is not yet reusable. Every database's count: PostgreSQL 15 judges a B-tree page against the whole cluster's.
+_OLDER_SNAPSHOTS = ("SELECT count(*) AS v FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                    " AND age(coalesce(backend_xmin, backend_xid)) >= age(%s::xid)")
+SNAPSHOTS_WAIT_S = 30.0  # how long the second pass waits for them, at most
+
+
 def vacuum_for_reuse(pool: ConnectionPool, tables: Sequence[str]) -> None:
     """VACUUM TABLES (constant names) after a purge deleted many of their rows, so that the next writes reuse the
-    space instead of growing the files. Twice, with a transaction that takes a transaction id between the two: an
-    index page the first pass empties is reusable only once the transaction ids have moved past its deletion, and
-    only a later pass records it as free (PostgreSQL's B-tree page recycling). A plain VACUUM takes no lock that
-    stops reads or writes. Autovacuum would come to it too, but only once a fifth of a table is dead by default,
-    which a daily purge of a month's window never is."""
+    space instead of growing the files. Twice: an index page the first pass empties is recorded as free only by a
+    later pass, and only once no session could still see it (PostgreSQL's B-tree page recycling). So between the
+    two, a transaction takes an id, and the second pass waits (up to SNAPSHOTS_WAIT_S) until every snapshot and
+    transaction older than that id has ended, in any database: one statement still running from before left the
+    pages for the vacuum after. A plain VACUUM takes no lock that stops reads or
+    writes. Autovacuum would come to it too, but only once a fifth of a table is dead by default, which a daily
+    purge of a month's window never is."""
     with autocommit(pool) as conn:
         conn.execute(f"VACUUM {', '.join(tables)}")
-        conn.execute("SELECT pg_current_xact_id()")
+        xid = _one(conn, "SELECT pg_current_xact_id()::xid::text AS v", ())
+        deadline = time.monotonic() + SNAPSHOTS_WAIT_S
+        while _one(conn, _OLDER_SNAPSHOTS, (xid,)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         conn.execute(f"VACUUM {', '.join(tables)}")
+
+
+def _one(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> Any:
+    """The one value (column `v`) QUERY answers."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row["v"]
 
 
 Statement = tuple[str, Sequence[Any]]  # one data-modifying SQL statement (%s placeholders) and its parameters
