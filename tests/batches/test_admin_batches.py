@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -141,6 +142,7 @@ def test_fleet_status_counts_the_queue_and_tells_live_workers_from_silent_ones(r
     conn = pika.BlockingConnection(pika.URLParameters(settings.broker_url))
     try:
         channel = conn.channel()
+        channel.confirm_delivery()  # each publish returns once the broker has queued it
         channel.queue_declare(queue=queue, durable=False)
         for i in range(3):
             channel.basic_publish(exchange="", routing_key=queue, body=str(i).encode())
@@ -148,7 +150,10 @@ def test_fleet_status_counts_the_queue_and_tells_live_workers_from_silent_ones(r
             outbox.heartbeat(db, live, "host-a", 101)
             outbox.heartbeat(db, silent, "host-b", 102)
             db.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = %s", (silent,))
-        status = fleet_status(Runtime(settings=dataclasses.replace(settings, queue_name=queue), pool=runtime.pool))
+        view = Runtime(settings=dataclasses.replace(settings, queue_name=queue), pool=runtime.pool)
+        deadline = time.monotonic() + 30  # a depth read gives up after 1 s, which a loaded machine can exceed
+        while (status := fleet_status(view))["queue"]["reachable"] is not True and time.monotonic() < deadline:
+            time.sleep(0.2)
         workers = {w["id"]: w for w in status["workers"]}
         assert workers[live]["alive"] is True and workers[live]["running"] == 0
         assert workers[silent]["alive"] is False and workers[silent]["seen_ago_s"] >= 3600
