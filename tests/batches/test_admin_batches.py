@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -19,6 +18,7 @@ from app.batches import outbox
 from app.batches.fleet import fleet_status
 from app.runtime import Runtime
 from devtools.processes import ROOT, free_port
+from devtools.waiting import until
 from tests.batches.conftest import module_workers
 from tests.batches.helpers import CHAT, get, submit, wait_finished
 
@@ -151,9 +151,9 @@ def test_fleet_status_counts_the_queue_and_tells_live_workers_from_silent_ones(r
             outbox.heartbeat(db, silent, "host-b", 102)
             db.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = %s", (silent,))
         view = Runtime(settings=dataclasses.replace(settings, queue_name=queue), pool=runtime.pool)
-        deadline = time.monotonic() + 30  # a depth read gives up after 1 s, which a loaded machine can exceed
-        while (status := fleet_status(view))["queue"]["reachable"] is not True and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # a depth read gives up after 1 s, which a loaded machine can exceed
+        status = until(lambda: fleet_status(view), lambda s: s["queue"]["reachable"] is True,
+                       what="a fleet view that reached RabbitMQ", timeout=30, every=0.2)
         workers = {w["id"]: w for w in status["workers"]}
         assert workers[live]["alive"] is True and workers[live]["running"] == 0
         assert workers[silent]["alive"] is False and workers[silent]["seen_ago_s"] >= 3600

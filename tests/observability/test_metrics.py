@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 from typing import Any
 
@@ -23,6 +22,7 @@ from app.observability.metrics_access import serve_in_thread
 from app.runtime import Runtime
 from devtools.cluster.ports import reserve
 from devtools.processes import free_port
+from devtools.waiting import until
 from tests.observability.helpers import Samples, parse, scrape, value
 from tests.usage.conftest import CATALOG as USAGE_CATALOG
 
@@ -135,13 +135,9 @@ def test_queue_depth_is_read_with_a_passive_declare(runtime, settings) -> None:
 
 def _reachable_scrape(view: Runtime) -> Samples:
     """The first scrape of VIEW that read the queue: a depth read gives up after DEPTH_TIMEOUT_S (1 s), which a
-    loaded test machine can exceed; only a probe that never answers within the bound fails."""
-    deadline = time.monotonic() + 30
-    while True:
-        samples = parse(_render(view))
-        if value(samples, "relay_metrics_broker_up") == 1 or time.monotonic() > deadline:
-            return samples
-        time.sleep(0.2)
+    loaded test machine can exceed."""
+    return until(lambda: parse(_render(view)), lambda samples: value(samples, "relay_metrics_broker_up") == 1,
+                 what="a scrape that reached RabbitMQ", timeout=30, every=0.2)
 
 
 def test_a_queue_nobody_declared_yet_is_empty(runtime, settings) -> None:
