@@ -1,15 +1,30 @@
 """Blocking disk work run off the gevent hub when the process is patched (`relay api`), so that the other requests
-of a greenlet server keep running meanwhile; a plain call anywhere else."""
+of a greenlet server keep running meanwhile; a plain call anywhere else. And the OS's own `select.poll` for checks
+that never block."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _plain_pool: ThreadPoolExecutor | None = None
+
+
+@cache
+def os_poll() -> Callable[[], Any] | None:
+    """`select.poll` as the OS gives it, also in a process gevent patched (None where the OS has none). For a
+    poll(0), which never blocks: gevent's poll(0) starts a watcher per descriptor and switches to its hub for a
+    loop iteration before it answers."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None:
+        return monkey.get_original("select", "poll")  # type: ignore[no-any-return]
+    import select
+
+    return getattr(select, "poll", None)
 
 
 def off_the_hub(fn: Callable[..., T], *args: Any) -> T:
