@@ -1,6 +1,8 @@
 """Peer gateways for `python -m bench --peer NAME`: installed on first use under `.bench-peers/` (git-ignored; never
 a dependency of Relay: LiteLLM into its own virtualenv, Portkey's gateway from npm), started on loopback beside
-Relay on the same fake upstream, so the live scenarios run against each and the report shows Relay ÷ peer."""
+Relay on the same fake upstream, so the live scenarios run against each and the report shows Relay ÷ peer. The
+`floor` peer is no gateway: Relay's HTTP server and upstream client forwarding bodies and nothing else
+(bench/floor.py), what any gateway on them adds at least."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import requests
 
 from bench.env import KEYS, MODEL, BenchEnv, Peer
+from bench.floor import start_floor
 from bench.report import Results
 from devtools.processes import RelayProcess, free_port
 
@@ -126,8 +129,16 @@ def start_portkey(env: BenchEnv, log: Callable[[str], None]) -> tuple[RelayProce
     raise RuntimeError(f"portkey did not start:\n{peer.log()[-3000:]}")
 
 
+def start_floor_peer(env: BenchEnv, log: Callable[[str], None]) -> tuple[RelayProcess, Peer]:
+    """The floor (bench/floor.py), two workers as Relay's API, calling the fake upstream with the bare policy's
+    key; it checks no caller key."""
+    log("[bench] starting the floor (Relay's server and upstream client, forwarding only) ...")
+    floor = start_floor(env.upstream.url, KEYS["fast"], env.work / "floor.log")
+    return floor, Peer(floor.url, "none", slow_clients=False)
+
+
 PEERS: dict[str, Callable[[BenchEnv, Callable[[str], None]], tuple[RelayProcess, Peer]]] = {
-    "litellm": start_litellm, "portkey": start_portkey}
+    "litellm": start_litellm, "portkey": start_portkey, "floor": start_floor_peer}
 
 
 def comparison(results: Results, peer: str) -> str:

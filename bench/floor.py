@@ -1,0 +1,86 @@
+"""The floor, for `python -m bench --peer floor`: what a call costs on Relay's HTTP server and upstream client alone.
+
+It is Relay's own server setup (`app.api.server.run_gunicorn`: gunicorn's gevent workers as `relay api` runs them,
+with their deadlines and one-write answers, as many workers as the bench's API) serving a WSGI app that only
+forwards each POST's body to the fake upstream on Relay's upstream client (`app.pipeline.upstream.post`). There is
+no authentication, routing, policy, rate limit, key pool, usage event or Flask. Whatever the floor adds to a call,
+any gateway built on this server and client adds at least; Relay's rows against it show what Relay's own work
+costs. It is not a gateway: it answers every POST with the upstream's answer, whatever the caller's key.
+
+    python -m bench.floor --upstream http://127.0.0.1:PORT --key sk-... [--bind 127.0.0.1:0] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from devtools.processes import ROOT, RelayProcess, listening_port
+
+WSGI = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+TIMEOUT = (5.0, 60.0)  # (connect, read) seconds to the upstream
+# `relay api` patches the process for gevent before anything else is imported; the floor does the same.
+LAUNCH = "from gevent import monkey; monkey.patch_all(); import sys; from bench.floor import main; main(sys.argv[1:])"
+
+
+def forwarder(upstream: str, key: str) -> WSGI:
+    """The WSGI app: each POST's path and body to UPSTREAM with KEY; the upstream's status, type and body back."""
+    from app.pipeline.upstream import UpstreamIOError, post
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        try:
+            answer = post(upstream + environ["PATH_INFO"], body=body, stream=False, timeout=TIMEOUT,
+                          headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            data = answer.content
+        except UpstreamIOError as exc:
+            start_response("502 Bad Gateway", [("Content-Type", "text/plain")])
+            return [str(exc).encode()]
+        start_response(f"{answer.status_code} -", [
+            ("Content-Type", answer.headers.get("Content-Type", "application/json")),
+            ("Content-Length", str(len(data)))])
+        return [data]
+
+    return app
+
+
+def start_floor(upstream: str, key: str, log_path: Path, workers: int = 2, timeout: float = 60) -> RelayProcess:
+    """Start the floor on a loopback port the OS picks (read back from the process's listening socket)."""
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "--upstream", upstream, "--key", key, "--workers",
+                             str(workers)], cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    floor = RelayProcess(proc=proc, log_path=log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the floor exited early:\n{floor.log()[-3000:]}")
+        port = listening_port(proc.pid)
+        if port is not None:
+            floor.url = f"http://127.0.0.1:{port}"
+            return floor
+        time.sleep(0.1)
+    floor.stop()
+    raise RuntimeError(f"the floor did not start:\n{floor.log()[-3000:]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream", required=True, help="the upstream's base URL (the fake upstream)")
+    parser.add_argument("--key", required=True, help="the upstream key every call is sent with")
+    parser.add_argument("--bind", default="127.0.0.1:0", help="address to listen on (default: a free port)")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    from app.api.server import run_gunicorn
+
+    app = forwarder(args.upstream.rstrip("/"), args.key)
+    run_gunicorn(lambda: app, bind=args.bind, workers=args.workers, connections=1000,  # `relay api`'s defaults
+                 header_timeout_s=15, io_timeout_s=30.0)
+
+
+if __name__ == "__main__":
+    main()
