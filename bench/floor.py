@@ -6,8 +6,10 @@ forwards each POST's body to the fake upstream on Relay's upstream client (`app.
 no authentication, routing, policy, rate limit, key pool, usage event or Flask. Whatever the floor adds to a call,
 any gateway built on this server and client adds at least; Relay's rows against it show what Relay's own work
 costs. It is not a gateway: it answers every POST with the upstream's answer, whatever the caller's key.
+With --flask (`--peer floor-flask`), the same forwarding is a bare Flask route (no hooks, no extensions): the rows
+between the two are what Flask itself costs on this server.
 
-    python -m bench.floor --upstream http://127.0.0.1:PORT --key sk-... [--bind 127.0.0.1:0] [--workers 2]
+    python -m bench.floor --upstream http://127.0.0.1:PORT --key sk-... [--flask] [--bind 127.0.0.1:0] [--workers 2]
 """
 
 from __future__ import annotations
@@ -49,11 +51,28 @@ def forwarder(upstream: str, key: str) -> WSGI:
     return app
 
 
-def start_floor(upstream: str, key: str, log_path: Path, workers: int = 2, timeout: float = 60) -> RelayProcess:
-    """Start the floor on a loopback port the OS picks (read back from the process's listening socket)."""
+def in_flask(forward: WSGI) -> Any:
+    """A Flask app whose one route, POST /<path>, answers what FORWARD answers (no hooks, no extensions)."""
+    from flask import Flask, Response, request
+
+    app = Flask("relay-bench-floor")
+
+    @app.post("/<path:path>")
+    def forwarded(path: str) -> Response:
+        answered: list[Any] = []
+        body = b"".join(forward(request.environ, lambda status, headers: answered.extend((status, headers))))
+        return Response(body, status=int(answered[0].split()[0]), headers=answered[1])
+
+    return app
+
+
+def start_floor(upstream: str, key: str, log_path: Path, workers: int = 2, timeout: float = 60,
+                flask: bool = False) -> RelayProcess:
+    """Start the floor (in a Flask route with FLASK) on a loopback port the OS picks (read back from the process's
+    listening socket)."""
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "--upstream", upstream, "--key", key, "--workers",
-                             str(workers)], cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                             str(workers), *(["--flask"] if flask else [])], cwd=ROOT, stdout=log_path.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
     floor = RelayProcess(proc=proc, log_path=log_path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -74,10 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--key", required=True, help="the upstream key every call is sent with")
     parser.add_argument("--bind", default="127.0.0.1:0", help="address to listen on (default: a free port)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--flask", action="store_true", help="forward from a bare Flask route")
     args = parser.parse_args(argv)
     from app.api.server import run_gunicorn
 
     app = forwarder(args.upstream.rstrip("/"), args.key)
+    if args.flask:
+        app = in_flask(app)
     run_gunicorn(lambda: app, bind=args.bind, workers=args.workers, connections=1000,  # `relay api`'s defaults
                  header_timeout_s=15, io_timeout_s=30.0)
 

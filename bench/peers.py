@@ -129,16 +129,19 @@ def start_portkey(env: BenchEnv, log: Callable[[str], None]) -> tuple[RelayProce
     raise RuntimeError(f"portkey did not start:\n{peer.log()[-3000:]}")
 
 
-def start_floor_peer(env: BenchEnv, log: Callable[[str], None]) -> tuple[RelayProcess, Peer]:
-    """The floor (bench/floor.py), two workers as Relay's API, calling the fake upstream with the bare policy's
-    key; it checks no caller key."""
-    log("[bench] starting the floor (Relay's server and upstream client, forwarding only) ...")
-    floor = start_floor(env.upstream.url, KEYS["fast"], env.work / "floor.log")
+def start_floor_peer(env: BenchEnv, log: Callable[[str], None], flask: bool = False) -> tuple[RelayProcess, Peer]:
+    """The floor (bench/floor.py; in a bare Flask route with FLASK), two workers as Relay's API, calling the fake
+    upstream with the bare policy's key; it checks no caller key."""
+    log(f"[bench] starting the floor{' in Flask' if flask else ''} (Relay's server and upstream client, forwarding "
+        "only) ...")
+    floor = start_floor(env.upstream.url, KEYS["fast"], env.work / f"floor{'-flask' if flask else ''}.log",
+                        flask=flask)
     return floor, Peer(floor.url, "none", slow_clients=False)
 
 
 PEERS: dict[str, Callable[[BenchEnv, Callable[[str], None]], tuple[RelayProcess, Peer]]] = {
-    "litellm": start_litellm, "portkey": start_portkey, "floor": start_floor_peer}
+    "litellm": start_litellm, "portkey": start_portkey, "floor": start_floor_peer,
+    "floor-flask": lambda env, log: start_floor_peer(env, log, flask=True)}
 
 
 def comparison(results: Results, peer: str) -> str:

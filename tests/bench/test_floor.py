@@ -1,5 +1,6 @@
-"""The bench's floor peer (bench/floor.py): Relay's server and upstream client forwarding a body and nothing else,
-started on a port the OS picks, answering with the upstream's answer."""
+"""The bench's floor peers (bench/floor.py): Relay's server and upstream client forwarding a body and nothing else,
+as a bare WSGI app and in a bare Flask route, started on a port the OS picks, answering with the upstream's
+answer."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ pytestmark = pytest.mark.integration
 KEY = "sk-floor-test"
 
 
-def test_the_floor_forwards_a_call_with_its_own_key_and_passes_the_answer_back(tmp_path: Path) -> None:
-    assert "floor" in PEERS
+@pytest.mark.parametrize("flask", [False, True], ids=["wsgi", "flask"])
+def test_the_floor_forwards_a_call_with_its_own_key_and_passes_the_answer_back(flask: bool, tmp_path: Path) -> None:
+    assert {"floor", "floor-flask"} <= set(PEERS)
     with start_fake_upstream(keys=(KEY,), strict_keys=True) as upstream:
-        floor = start_floor(upstream.url, KEY, tmp_path / "floor.log")
+        floor = start_floor(upstream.url, KEY, tmp_path / "floor.log", flask=flask)
         try:
             body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello"}]}
             with requests.Session() as session:  # kept alive: the second call reuses the upstream connection
