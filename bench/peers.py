@@ -1,8 +1,8 @@
 """Peer gateways for `python -m bench --peer NAME`: installed on first use under `.bench-peers/` (git-ignored; never
 a dependency of Relay: LiteLLM into its own virtualenv, Portkey's gateway from npm), started on loopback beside
 Relay on the same fake upstream, so the live scenarios run against each and the report shows Relay ÷ peer. The
-`floor` peer is no gateway: Relay's HTTP server and upstream client forwarding bodies and nothing else
-(bench/floor.py), what any gateway on them adds at least."""
+`floor` and `floor-flask` peers are no gateways: Relay's HTTP server and upstream client forwarding bodies and
+nothing else, bare and in a Flask route (bench/floor.py), what any gateway on them adds at least."""
 
 from __future__ import annotations
 
