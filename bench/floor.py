@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from devtools.processes import ROOT, RelayProcess, listening_port
+from devtools.waiting import until
 
 WSGI = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 TIMEOUT = (5.0, 60.0)  # (connect, read) seconds to the upstream
@@ -74,17 +74,19 @@ def start_floor(upstream: str, key: str, log_path: Path, workers: int = 2, timeo
                              str(workers), *(["--flask"] if flask else [])], cwd=ROOT, stdout=log_path.open("wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     floor = RelayProcess(proc=proc, log_path=log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def bound() -> int | None:
         if proc.poll() is not None:
             raise RuntimeError(f"the floor exited early:\n{floor.log()[-3000:]}")
-        port = listening_port(proc.pid)
-        if port is not None:
-            floor.url = f"http://127.0.0.1:{port}"
-            return floor
-        time.sleep(0.1)
-    floor.stop()
-    raise RuntimeError(f"the floor did not start:\n{floor.log()[-3000:]}")
+        return listening_port(proc.pid)
+
+    try:
+        port = until(bound, lambda found: found is not None, what="the floor's listening port", timeout=timeout)
+    except AssertionError:
+        floor.stop()
+        raise
+    floor.url = f"http://127.0.0.1:{port}"
+    return floor
 
 
 def main(argv: list[str] | None = None) -> None:
