@@ -7,6 +7,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -75,14 +76,14 @@ def decode_token(key: bytes, text: str) -> TokenClaims | None:
 
 
 def mint_token(runtime: Runtime, user: str, ttl_seconds: int) -> IssuedToken:
-    """Mint a token for USER valid for TTL_SECONDS."""
+    """Mint a token for USER valid for at least TTL_SECONDS (its expiry is whole seconds, rounded up)."""
     if isinstance(ttl_seconds, bool) or not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ValidationFailed(details={"ttl_seconds": [f"must be between 1 and {MAX_TTL_SECONDS}"]})
     with catalog_write(runtime) as write:
         row = catalog_store.find_named(write.conn, "users", user)
         if row is None:
             raise ValidationFailed(details={"user": [f"no user named {user[:200]!r}"]})
-        expires = int(time.time()) + ttl_seconds
+        expires = math.ceil(time.time()) + ttl_seconds  # rounded down, a 1 s token could be born expired
         record = store.insert_token(write.conn, row["id"], datetime.fromtimestamp(expires, UTC))
         write.changed = True
     token = encode_token(signing_key(runtime.settings.secret_key),
