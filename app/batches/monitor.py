@@ -67,10 +67,12 @@ class Heartbeat:
     worker that is paused keeps it, so its items are not judged lost however stale its heartbeat; a dead one's
     session ends, and with it the lock.
 
-    It beats on a connection of its own, reconnecting on every tick after an error, so every live worker beats
-    again within one interval of Postgres coming back (the pool's reconnect backoff would take up to 10 s). And it
-    judges another worker lost only once its own beats have been steady for RELAY_WORKER_LOST_AFTER_S: after a
-    database restart every heartbeat is stale, and the live workers need that long to be seen again.
+    It beats on a connection of its own, reconnecting on every tick after an error, so a live worker beats again
+    soon after Postgres comes back. And it judges another worker lost only once its own beats have been steady:
+    for RELAY_WORKER_LOST_AFTER_S after it starts, and for twice that after a gap of its own. A gap means Postgres
+    was away for everyone: every heartbeat is stale and no session lock is held until each worker beats again, and a
+    live worker's first beat back can come seconds after this one's (its reconnect waits out a connect attempt of
+    up to the connect timeout, its reaper's turn, a loaded machine), so each gets a whole lost-after time of its own.
     """
 
     def __init__(self, ctx: WorkerContext, clock: Callable[[], float] = time.monotonic) -> None:
@@ -81,6 +83,7 @@ class Heartbeat:
         self._conn: psycopg.Connection | None = None
         self._last_beat: float | None = None
         self._steady_since: float | None = None
+        self._steady_for = self.lost_after_s  # how long its beats must be steady before it judges others
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
@@ -88,7 +91,8 @@ class Heartbeat:
         reap(self.ctx, judge_owners=self.steady())
 
     def beat(self) -> None:
-        """Record this worker's heartbeat; a beat after a gap of half the lost-after time starts a new steady run."""
+        """Record this worker's heartbeat; a beat after a gap of half the lost-after time starts a new steady run,
+        twice as long as the first."""
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
@@ -101,13 +105,15 @@ class Heartbeat:
                 self._close()
                 raise
             now = self._clock()
-            if self._last_beat is None or now - self._last_beat > self.lost_after_s / 2:
+            if self._last_beat is None:
                 self._steady_since = now
+            elif now - self._last_beat > self.lost_after_s / 2:
+                self._steady_since, self._steady_for = now, 2 * self.lost_after_s
             self._last_beat = now
 
     def steady(self) -> bool:
-        """Whether this worker has beaten without a gap for the lost-after time (it can judge others now)."""
-        return self._steady_since is not None and self._clock() - self._steady_since >= self.lost_after_s
+        """Whether this worker has beaten without a gap for long enough to judge others (see the class)."""
+        return self._steady_since is not None and self._clock() - self._steady_since >= self._steady_for
 
     def close(self) -> None:
         with self._lock:

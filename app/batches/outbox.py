@@ -25,8 +25,10 @@ WORKER_SESSION_LOCK = 0x5E1A7B03  # with hashtext(worker id): the lock a live wo
 # The heartbeat session's TCP keepalives: a worker whose host is gone (not merely paused) loses its session, and so
 # its items, after about idle + interval x count seconds.
 SESSION_KEEPALIVES = {"tcp_keepalives_idle": "20", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "4"}
-# A worker's items are lost when its heartbeat is stale and no session holds its lock (relay_worker_session).
-_OWNER_LOST = ("((w.last_seen IS NULL OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s))"
+# A worker's item is lost when its heartbeat is stale and no session holds its lock (relay_worker_session). The
+# item's claim is a sign of life too. The one definition, for the reaper and for a worker settling a message whose
+# item another worker runs (store.item_status); %(lost)s is the lost-after time in seconds.
+OWNER_LOST = ("((w.last_seen IS NULL OR greatest(w.last_seen, i.started_at) < now() - make_interval(secs => %(lost)s))"
                " AND NOT relay_worker_session(i.worker_id))")
 
 
@@ -160,11 +162,11 @@ def lost_items(conn: Conn, *, lost_after_s: float, time_limit_s: float, judge_ow
     is a sign of life too: a worker back from a partition claims again before its next heartbeat lands, and those
     fresh claims are not lost."""
     return conn.execute(
-        f"SELECT i.batch_id, i.idx, i.model, i.worker_id, {_OWNER_LOST} AS owner_lost"
+        f"SELECT i.batch_id, i.idx, i.model, i.worker_id, {OWNER_LOST} AS owner_lost"
         " FROM batches b JOIN batch_items i ON i.batch_id = b.id LEFT JOIN workers w ON w.id = i.worker_id"
         " WHERE b.finished_at IS NULL AND EXISTS (SELECT 1 FROM batch_progress p WHERE p.batch_id = b.id"
         "  GROUP BY p.batch_id HAVING sum(p.running) > 0)"
-        f" AND i.state = 'running' AND ((%(owners)s AND {_OWNER_LOST})"
+        f" AND i.state = 'running' AND ((%(owners)s AND {OWNER_LOST})"
         " OR i.started_at < now() - make_interval(secs => %(limit_s)s))"
         " ORDER BY i.started_at LIMIT %(limit)s FOR UPDATE OF i SKIP LOCKED",
         {"lost": lost_after_s, "owners": judge_owners, "limit_s": time_limit_s, "limit": limit}).fetchall()

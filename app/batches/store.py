@@ -21,6 +21,7 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
+from app.batches.outbox import OWNER_LOST
 from app.usage.store import UNPRICED
 from schemas.batch_ids import parse_batch_id
 from schemas.batches import ITEM_STATES
@@ -330,18 +331,16 @@ def own_unseen_claim(conn: Conn, batch_id: UUID, idx: int, worker_id: str, withi
 
 
 def item_status(conn: Conn, batch_id: UUID, idx: int, lost_after_s: float) -> Row | None:
-    """An item's state, owner, whether the owner is lost (heartbeat stale, session gone), and the batch (for the
-    usage event)."""
+    """An item's state, owner, whether the owner is lost (outbox.OWNER_LOST: heartbeat and claim stale, session
+    gone), and the batch (for the usage event)."""
     return conn.execute(  # type: ignore[no-any-return]
         "SELECT i.state, i.worker_id, i.model, i.custom_id, b.status AS batch_status, b.api,"
         " coalesce(b.expires_at <= now(), false) AS batch_expired, b.id, b.policy_id, b.project_id,"
         " b.team_id, b.principal_kind, b.principal_id, b.credential_kind, b.credential_id, b.relay_key_hash,"
-        " ((w.last_seen IS NULL OR w.last_seen < now() - make_interval(secs => %s))"
-        " AND NOT relay_worker_session(i.worker_id)) AS owner_lost,"
-        f" coalesce({OVER_BUDGET}, false) AS over_budget"
+        f" {OWNER_LOST} AS owner_lost, coalesce({OVER_BUDGET}, false) AS over_budget"
         " FROM batch_items i JOIN batches b ON b.id = i.batch_id LEFT JOIN workers w ON w.id = i.worker_id"
-        " WHERE i.batch_id = %s AND i.idx = %s",
-        (lost_after_s, batch_id, idx)).fetchone()
+        " WHERE i.batch_id = %(batch_id)s AND i.idx = %(idx)s",
+        {"lost": lost_after_s, "batch_id": batch_id, "idx": idx}).fetchone()
 
 
 def batch_run_info(conn: Conn, batch_id: UUID) -> Row | None:

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import pytest
 
-from app.batches import lifecycle, unclaimed
+from app.batches import lifecycle, outbox, unclaimed
 from tests.batches.helpers import CHAT, submit, usage_events
 
 pytestmark = pytest.mark.integration  # real Postgres
@@ -36,3 +36,20 @@ def test_an_item_of_a_silent_worker_is_judged_lost_only_by_a_worker_whose_own_he
     assert unclaimed.settle(runtime, "judge", UUID(batch_id), 0, judge_owners=True) == "discarded"
     assert _state(runtime, batch_id) == ("discarded", "worker_lost")
     assert [e["error_code"] for e in usage_events(runtime, batch_id)] == ["worker_lost"]
+
+
+def test_a_fresh_claim_of_a_silent_worker_is_a_sign_of_life_to_a_steady_judge(client, key, runtime) -> None:  # type: ignore[no-untyped-def]
+    batch_id = submit(client, key, [CHAT]).json["id"]
+    with runtime.pool.connection() as conn:  # claimed just now by a worker whose heartbeat has not come back yet
+        outbox.heartbeat(conn, "back-worker", "elsewhere", 1)
+        conn.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE id = 'back-worker'")
+        assert lifecycle.claim_item(conn, UUID(batch_id), 0, "back-worker") is not None
+
+    assert unclaimed.settle(runtime, "judge", UUID(batch_id), 0, judge_owners=True) == "duplicate"
+    assert _state(runtime, batch_id) == ("running", None)
+
+    with runtime.pool.connection() as conn:  # the claim as old as the lost-after time: no sign of life left
+        conn.execute("UPDATE batch_items SET started_at = now() - make_interval(secs => %s) WHERE batch_id = %s",
+                     (runtime.settings.worker_lost_after_s + 1, batch_id))
+    assert unclaimed.settle(runtime, "judge", UUID(batch_id), 0, judge_owners=True) == "discarded"
+    assert _state(runtime, batch_id) == ("discarded", "worker_lost")

@@ -166,6 +166,14 @@ def test_a_worker_judges_others_only_after_its_own_heartbeats_have_been_steady(c
         now[0] += lost_after  # a gap: Postgres was away for this worker too, so everyone's beats are stale
         beats.beat()
         assert not beats.steady()
+        for _ in range(4):  # back: a live worker's first beat may come seconds after this one's
+            now[0] += lost_after / 4
+            beats.beat()
+        assert not beats.steady()
+        for _ in range(4):
+            now[0] += lost_after / 4
+            beats.beat()
+        assert beats.steady()  # after twice the lost-after time
     finally:
         beats.close()
 
