@@ -126,18 +126,24 @@ class ClaimRetries:
     this worker's that committed unseen. That item is running under WORKER_ID since the cut attempt, and since
     nothing here ran it (the registry keeps one thread per item), it is adopted and run, not discarded."""
 
-    def __init__(self, key: tuple[UUID, int], worker_id: str, waits: Sequence[float]) -> None:
+    def __init__(self, key: tuple[UUID, int], worker_id: str, waits: Sequence[float],
+                 claimed_since: float | None = None) -> None:
         self.key, self.worker_id = key, worker_id
         self.retried = False  # an attempt was cut: the item's own claim may have committed unseen
         self._waits = iter((*waits, None))
         self._first = time.monotonic()
+        # CLAIMED_SINCE (monotonic): the item's claim rode in a commit of this worker's whose answer was lost then
+        # (its predecessor's final state, app/batches/messages.py); that claim is adopted too
+        self._since = claimed_since
 
     def adopted(self, conn: Conn, row: Row | None) -> Row | None:
-        """ROW (what an attempt claimed), or when it is None after a cut attempt, this worker's claim that committed
-        unseen since the first attempt (as claim_item returns it), if there is one."""
-        if row is not None or not self.retried:
+        """ROW (what an attempt claimed), or when it is None after a cut attempt (or with CLAIMED_SINCE), this
+        worker's claim that committed unseen since the first attempt (or since then), as claim_item returns it, if
+        there is one."""
+        if row is not None or not (self.retried or self._since is not None):
             return row
-        return own_unseen_claim(conn, *self.key, self.worker_id, time.monotonic() - self._first + 1)
+        since = self._first if self._since is None else min(self._since, self._first)
+        return own_unseen_claim(conn, *self.key, self.worker_id, time.monotonic() - since + 1)
 
     def wait(self, exc: Exception) -> None:
         """After an attempt ended by EXC: wait before the next one, or raise EXC when the waits are used up."""

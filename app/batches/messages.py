@@ -39,7 +39,7 @@ def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int], *, trace:
     """Run the items of one message; returns those not started because the worker is stopping. TRACE: the submit's
     traceparent, which each item's trace (its own: a root span here) links to; a message without it (published
     again by the lost-message sweep, or before tracing was on) takes it from the batch's row."""
-    carried: Claimed | None = None
+    carried: Claimed | float | None = None  # the next item claimed, or since when its claim may have committed unseen
     tracing = get_tracing(ctx.runtime)
     if trace is None and tracing.enabled:
         trace = (ctx.batch_info(batch_id) or {}).get("trace_context")
@@ -47,7 +47,7 @@ def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int], *, trace:
         with log_context(batch_id=str(batch_id), idx=idx), tracing.linked_root(
                 "relay.batch_item", trace, {"relay.batch.id": str(batch_id), "relay.batch.idx": idx}):
             admitted: Any = None
-            if carried is None:
+            if not isinstance(carried, Claimed):
                 if ctx.stopping.is_set() and n:
                     return list(idxs[n:])
                 admitted = paced_admission(ctx, batch_id)
@@ -59,9 +59,10 @@ def run_items(ctx: WorkerContext, batch_id: UUID, idxs: Sequence[int], *, trace:
 
 
 def _run_and_claim_next(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None,
-                        claimed: Claimed | None, following: int | None) -> Claimed | None:
-    """Run IDX (claimed already, or not); claim FOLLOWING with its final state when it may: what was claimed."""
-    asked: list[tuple[int, Future[Any], Interrupter, Reservation | None]] = []
+                        claimed: Claimed | float | None, following: int | None) -> Claimed | float | None:
+    """Run IDX (claimed already, or not, or maybe since a moment: see run_items); claim FOLLOWING with its final
+    state when it may: what was claimed, or when the commit's answer did not say, since when it may have been."""
+    asked: list[tuple[int, Future[Any], Interrupter, Reservation | None, float]] = []
 
     def then() -> tuple[int, Future[Any]] | None:
         if following is None or ctx.stopping.is_set() or capped.is_hard(ctx.batch_info(batch_id)):
@@ -74,21 +75,23 @@ def _run_and_claim_next(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: 
             get_limiter(ctx.runtime).give_back(next_admission)
             return None
         future: Future[Any] = Future()
-        asked.append((following, future, interrupter, next_admission))
+        asked.append((following, future, interrupter, next_admission, time.monotonic()))
         return following, future
 
-    run_item(ctx, batch_id, idx, admitted, claimed=claimed, then=then)
+    run_item(ctx, batch_id, idx, admitted, claimed=claimed if isinstance(claimed, Claimed) else None, then=then,
+             claimed_since=claimed if isinstance(claimed, float) else None)
     if not asked:
         return None
-    next_idx, future, interrupter, next_admission = asked[0]
+    next_idx, future, interrupter, next_admission, asked_at = asked[0]
+    unknown = False
     try:
         row = future.result(THEN_WAIT_S)
-    except Exception:  # the commit did not say (it failed, or is late): the next item goes the usual way
-        row = None
+    except Exception:  # the commit did not say (cut, failed, or late): the next item goes the usual way, and its
+        row, unknown = None, True  # claim adopts this worker's own claim of it if that commit made one after all
     if row is None:
         ctx.registry.remove((batch_id, next_idx))
         get_limiter(ctx.runtime).give_back(next_admission)
-        return None
+        return asked_at if unknown else None
     return Claimed(next_idx, row, interrupter, next_admission)
 
 

@@ -149,11 +149,13 @@ Then = Callable[[], "tuple[int, Future[Any]] | None"]  # asked once the item ran
 
 
 def run_item(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None = None,
-             *, claimed: Claimed | None = None, then: Then | None = None) -> str:
+             *, claimed: Claimed | None = None, then: Then | None = None,
+             claimed_since: float | None = None) -> str:
     """Run item IDX of BATCH_ID once and wait for its final state to commit; the state (or why nothing ran).
     ADMITTED: the item's admission to the rate limits, taken before its claim (paced policies). CLAIMED: the item
-    was claimed already. THEN: what to claim in the final state's transaction (app/batches/messages.py)."""
-    state, future = _run_one(ctx, batch_id, idx, admitted, claimed, then)
+    was claimed already. THEN: what to claim in the final state's transaction (app/batches/messages.py).
+    CLAIMED_SINCE: this worker's claim of the item may have committed unseen since then (lifecycle.ClaimRetries)."""
+    state, future = _run_one(ctx, batch_id, idx, admitted, claimed, then, claimed_since)
     if future is None:
         return state
     try:
@@ -164,7 +166,8 @@ def run_item(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
 
 
 def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation | None = None,
-             claimed: Claimed | None = None, then: Then | None = None) -> tuple[str, Future[str | None] | None]:
+             claimed: Claimed | None = None, then: Then | None = None,
+             claimed_since: float | None = None) -> tuple[str, Future[str | None] | None]:
     """Run item IDX of BATCH_ID once; its final state and the future of its commit (None when nothing ran here).
 
     The item is registered before the claim, so a cancel committed right after the claim finds it here.
@@ -178,7 +181,7 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
             return "duplicate", None  # the same item is running on this worker
     try:
         if claimed is None:
-            found, retried, refused = _claim(ctx, batch_id, idx)
+            found, retried, refused = _claim(ctx, batch_id, idx, claimed_since)
             if found is None:
                 get_limiter(ctx.runtime).give_back(admitted)
                 if refused is not None:
@@ -205,12 +208,13 @@ def _run_one(ctx: WorkerContext, batch_id: UUID, idx: int, admitted: Reservation
     return ending.outcome.state, future
 
 
-def _claim(ctx: WorkerContext, batch_id: UUID, idx: int) -> tuple[dict[str, Any] | None, bool, Outcome | None]:
+def _claim(ctx: WorkerContext, batch_id: UUID, idx: int,
+           claimed_since: float | None = None) -> tuple[dict[str, Any] | None, bool, Outcome | None]:
     """queued → running for this worker, retried through a database blip (lifecycle.ClaimRetries, which adopts a
     claim that committed unseen); the claimed row or None, whether it retried, and the outcome of an item of a
     hard-capped batch that must end unrun (app/batches/capped.py claims those)."""
     info = ctx.batch_info(batch_id)
-    retries = lifecycle.ClaimRetries((batch_id, idx), ctx.worker_id, CLAIM_RETRIES_S)
+    retries = lifecycle.ClaimRetries((batch_id, idx), ctx.worker_id, CLAIM_RETRIES_S, claimed_since)
     if capped.is_hard(info):
         assert info is not None
         got = capped.claim_capped(ctx.runtime, ctx.payloads, info, (batch_id, idx), worker_id=ctx.worker_id,

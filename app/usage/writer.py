@@ -147,6 +147,20 @@ class _Pending:
 ThenClaim = Callable[[psycopg.Connection[Any], Sequence[tuple[UUID, int]]], dict[ItemKey, Any]]
 
 
+class ThenClaimUnknown(Exception):
+    """The next item's claim rode in a commit whose answer was lost: it may have committed (the item running under
+    this worker, claimed by nobody who runs it) or not."""
+
+
+def _answer_then(future: Future[Any], row: Any, cut: bool) -> None:
+    """Tell a final's `then` what its claim became: the row, None (not claimed), or ThenClaimUnknown when an attempt
+    of the group was cut (an unseen commit moved the final already, so the retry that answers claimed nothing)."""
+    if row is None and cut:
+        future.set_exception(ThenClaimUnknown())
+    else:
+        future.set_result(row)
+
+
 class GroupWriter:
     """A daemon thread committing what threads submit in groups: one transaction for everything pending.
 
@@ -232,6 +246,7 @@ class GroupWriter:
             self._commit_part(part_f, part_r)
 
     def _commit_part(self, finals: list[tuple[Final, Future[str | None]]], records: list[UsageRecord]) -> None:
+        cut = False  # an attempt ended with the connection: it may have committed unseen
         for delay in (*RETRY_S, None):
             try:
                 finals = self._synced(finals)
@@ -241,11 +256,12 @@ class GroupWriter:
                     claimed = self._claim_next(conn, [f for f, _ in finals if f.key in done])
                 for final, future in finals:
                     if final.then is not None:
-                        final.then[1].set_result(claimed.get((final.key[0], final.then[0])))
+                        _answer_then(final.then[1], claimed.get((final.key[0], final.then[0])), cut)
                     future.set_result(final.state if final.key in done else None)
                 self._finish_tails(tails)
                 return
             except CONNECTION_ENDED as exc:  # the database away, or this process paused inside the transaction
+                cut = True
                 if delay is None:
                     break
                 log.warning("usage writer: %s; retrying in %.1fs", exc, delay)
@@ -262,7 +278,7 @@ class GroupWriter:
                 break
         for final, future in finals:
             if final.then is not None:
-                final.then[1].set_result(None)
+                _answer_then(final.then[1], None, cut)
             future.set_exception(RuntimeError("the item's final state could not be committed"))
         if records:
             log.error("usage writer: %d usage record(s) could not be committed", len(records))

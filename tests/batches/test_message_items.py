@@ -7,14 +7,18 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID, uuid4
 
+import psycopg
 import pytest
 
 from app.batches import lifecycle
 from app.batches.messages import run_items
 from app.batches.runner import WorkerContext
+from app.usage import writer
+from app.usage.writer import GroupWriter
 from tests.batches.helpers import CHAT, submit, usage_events
 
 pytestmark = pytest.mark.integration
@@ -131,4 +135,30 @@ def test_a_worker_paused_inside_its_group_commit_holds_up_no_other_workers_claim
     assert went_on, "another worker's claim waited for the paused process"
     assert not first.is_alive()
     assert [i["state"] for i in _items(runtime, batch_id)] == ["completed"] * 2
+    assert len(usage_events(runtime, batch_id)) == 2
+
+
+def test_a_next_item_claimed_by_a_commit_whose_answer_was_lost_is_adopted_and_runs_once(
+        client, key, runtime, ctx, claims, upstream, monkeypatch) -> None:
+    """Item 0's final state commits with item 1's claim, and the connection ends before the answer comes: the retry
+    finds item 0 final already and claims nothing, so the thread does not know item 1 is running under its id.
+    It claims item 1 the usual way, finds that claim, and runs it (not left running until its time limit)."""
+    batch_id = submit(client, key, [CHAT] * 2).json["id"]
+    real, cut = GroupWriter._connection, []
+
+    @contextmanager
+    def connection(self: GroupWriter, finals: Any, records: Any) -> Iterator[Any]:
+        with real(self, finals, records) as conn:
+            yield conn
+        if finals and not cut:  # committed; the answer is lost with the connection
+            cut.append(True)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(GroupWriter, "_connection", connection)
+    monkeypatch.setattr(writer, "RETRY_S", (0.01,))
+    assert run_items(ctx, UUID(batch_id), [0, 1]) == []
+    assert cut and claims == [0, 1]  # item 1 was looked for again on its own
+    items = _items(runtime, batch_id)
+    assert [i["state"] for i in items] == ["completed", "completed"]
+    assert items[1]["started_at"] >= items[0]["finished_at"]  # the claim that rode with item 0's final, adopted
     assert len(usage_events(runtime, batch_id)) == 2
