@@ -156,23 +156,23 @@ def test_a_worker_judges_others_only_after_its_own_heartbeats_have_been_steady(c
     now = [1000.0]
     beats = Heartbeat(ctx, clock=lambda: now[0])
     lost_after = ctx.runtime.settings.worker_lost_after_s
-    try:
-        beats.beat()
-        assert not beats.steady()
+
+    def beat_for_lost_after() -> None:  # a beat every quarter of the lost-after time, for that long
         for _ in range(4):
             now[0] += lost_after / 4
             beats.beat()
+
+    try:
+        beats.beat()
+        assert not beats.steady()
+        beat_for_lost_after()
         assert beats.steady()
         now[0] += lost_after  # a gap: Postgres was away for this worker too, so everyone's beats are stale
         beats.beat()
         assert not beats.steady()
-        for _ in range(4):  # back: a live worker's first beat may come seconds after this one's
-            now[0] += lost_after / 4
-            beats.beat()
+        beat_for_lost_after()  # back: a live worker's first beat may come seconds after this one's
         assert not beats.steady()
-        for _ in range(4):
-            now[0] += lost_after / 4
-            beats.beat()
+        beat_for_lost_after()
         assert beats.steady()  # after twice the lost-after time
     finally:
         beats.close()
